@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# devdb.sh — a throwaway local PostgreSQL for `make run`, `make test` and `make bench`.
+#
+#   scripts/devdb.sh start NAME PORT   start (or reuse) cluster NAME on 127.0.0.1:PORT; prints its URL
+#   scripts/devdb.sh stop NAME         stop cluster NAME (data is kept until `make clean`)
+#   scripts/devdb.sh url NAME PORT     print the URL without starting anything
+#
+# Data lives under .pgq-dev/NAME in the checkout (git-ignored). PostgreSQL refuses
+# to run as root, so as root the cluster runs as the OS user `postgres` (created
+# by Debian's package) or, failing that, a `pgqdev` user made here.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+cmd=${1:-}
+name=${2:-dev}
+port=${3:-55432}
+base="$here/.pgq-dev"
+dir="$base/$name"
+
+log() { echo "devdb: $*" >&2; }
+
+find_bindir() {
+  local d
+  if command -v pg_config >/dev/null 2>&1; then
+    d=$(pg_config --bindir 2>/dev/null || true)
+    [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && { echo "$d"; return 0; }
+  fi
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && { echo "$d"; return 0; }
+  done
+  if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+    dirname "$(command -v initdb)"; return 0
+  fi
+  return 1
+}
+
+ensure_postgres() {
+  if bindir=$(find_bindir); then return 0; fi
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "PostgreSQL server binaries not found; installing the OS package (apt-get install -y postgresql)"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+    bindir=$(find_bindir) && return 0
+  fi
+  cat >&2 <<'MSG'
+devdb: PostgreSQL server binaries (initdb, pg_ctl) were not found.
+  Debian/Ubuntu:  sudo apt-get install -y postgresql
+  Fedora/RHEL:    sudo dnf install -y postgresql-server
+  macOS:          brew install postgresql@16
+Or point the suite at an existing server: DATABASE_URL=postgres://user@host/db make test
+MSG
+  exit 1
+}
+
+# run_as USER CMD... runs a command as the cluster owner.
+run_pg() {
+  if [ "$(id -u)" = 0 ]; then
+    runuser -u "$pguser" -- "$@"
+  else
+    "$@"
+  fi
+}
+
+pick_user() {
+  if [ "$(id -u)" != 0 ]; then pguser=$(id -un); return; fi
+  if id postgres >/dev/null 2>&1; then pguser=postgres; return; fi
+  if ! id pgqdev >/dev/null 2>&1; then
+    useradd --system --no-create-home --shell /usr/sbin/nologin pgqdev
+  fi
+  pguser=pgqdev
+}
+
+# The cluster owner must be able to reach the data folder; a checkout under a
+# private home (e.g. /root) is not reachable, so fall back to a folder in /tmp.
+pick_dir() {
+  mkdir -p "$base"
+  if [ "$(id -u)" = 0 ] && ! runuser -u "$pguser" -- test -x "$base" 2>/dev/null; then
+    local alt="/tmp/pgq-dev-$(echo "$here" | cksum | cut -d' ' -f1)"
+    mkdir -p "$alt"
+    ln -sfn "$alt/$name" "$base/$name.link"
+    dir="$alt/$name"
+  fi
+}
+
+url() { echo "postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"; }
+
+case "$cmd" in
+  url) url ;;
+  start)
+    ensure_postgres
+    pick_user
+    pick_dir
+    mkdir -p "$dir"
+    [ "$(id -u)" = 0 ] && chown "$pguser" "$dir"
+    if [ ! -f "$dir/data/PG_VERSION" ]; then
+      log "initdb $dir/data (as $pguser, binaries in $bindir)"
+      run_pg "$bindir/initdb" -D "$dir/data" -A trust -U postgres -E UTF8 --no-locale >"$dir/initdb.log" 2>&1 \
+        || { cat "$dir/initdb.log" >&2; exit 1; }
+    fi
+    if run_pg "$bindir/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
+      log "cluster $name already running"
+    else
+      opts="-p $port -c listen_addresses=127.0.0.1 -k $dir -c max_connections=300 -c shared_buffers=256MB"
+      opts="$opts -c max_locks_per_transaction=256"
+      if [ "$name" = test ]; then
+        # throwaway test data: durability buys nothing here
+        opts="$opts -c fsync=off -c full_page_writes=off -c synchronous_commit=off"
+      fi
+      run_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$opts" start >/dev/null \
+        || { tail -20 "$dir/server.log" >&2; exit 1; }
+      log "cluster $name listening on 127.0.0.1:$port"
+    fi
+    url
+    ;;
+  stop)
+    pick_user
+    for d in "$dir" "$(readlink -f "$base/$name.link" 2>/dev/null || true)"; do
+      [ -n "$d" ] && [ -f "$d/data/PG_VERSION" ] || continue
+      bindir=$(find_bindir) || exit 0
+      run_pg "$bindir/pg_ctl" -D "$d/data" -m fast -w stop >/dev/null 2>&1 || true
+    done
+    ;;
+  *) echo "usage: $0 start|stop|url NAME [PORT]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,36 @@
+-- fanout._cleanup_bookkeeping(p_now): deletes settled leases closed over an
+-- hour ago (an ack of such a lease then raises PGQ10), members not seen for
+-- 7 days and event_log rows older than 30 days.
+-- Bounded: at most 10,000 rows of each per call. Returns how many rows were
+-- deleted; call again while it returns > 0. Takes its own advisory lock.
+-- Tables: fanout.lease, fanout.member, fanout.event_log.
+CREATE OR REPLACE FUNCTION fanout._cleanup_bookkeeping(p_now timestamptz DEFAULT now())
+RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_n    int;
+    v_done int := 0;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_bookkeeping', 0)) THEN
+        RETURN 0;
+    END IF;
+    DELETE FROM fanout.lease l
+    WHERE l.lease_id IN (SELECT c.lease_id FROM fanout.lease c
+                         WHERE c.open_count = 0 AND c.closed_at < p_now - interval '1 hour'
+                         LIMIT 10000);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_done := v_done + v_n;
+    DELETE FROM fanout.member m
+    WHERE (m.group_id, m.consumer) IN (SELECT o.group_id, o.consumer FROM fanout.member o
+                                       WHERE o.last_seen < p_now - interval '7 days' LIMIT 10000);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_done := v_done + v_n;
+    DELETE FROM fanout.event_log e
+    WHERE e.event_id IN (SELECT o.event_id FROM fanout.event_log o
+                         WHERE o.at < p_now - interval '30 days' LIMIT 10000);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_done + v_n;
+END
+$fn$;

@@ -1,0 +1,106 @@
+-- fanout._window_page(p_group_id, p_topic_id, p_table, p_limit): the next page
+-- of at most p_limit messages of a group's stream, in commit-safe order.
+--
+-- The group's position is a snapshot window (lo, hi) and a cursor
+-- (cur_txid, cur_id). The window holds the messages whose txid is visible in
+-- hi but not in lo: first the txids that were still running at lo (phase 1,
+-- point look-ups), then the txid range [xmax(lo), xmax(hi)) (phase 2, one
+-- index range scan), both in (txid, id) order from the cursor. When the window
+-- is used up, the next one is opened with a fresh snapshot (lo := hi,
+-- hi := now): no ticker, and a transaction that stays open only delays its own
+-- messages. Every page is an index scan that stops after p_limit rows.
+--
+-- The caller holds the group row FOR UPDATE and writes the returned state
+-- back (o_changed). Reads fanout.consumer_group, fanout.partition and the
+-- topic's message table.
+CREATE OR REPLACE FUNCTION fanout._window_page(
+    p_group_id bigint, p_topic_id bigint, p_table text, p_limit int,
+    OUT o_ids bigint[], OUT o_txids xid8[],
+    OUT o_lo pg_snapshot, OUT o_hi pg_snapshot, OUT o_cur_txid xid8, OUT o_cur_id bigint,
+    OUT o_changed boolean)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_left    int := p_limit;
+    v_rounds  int := 0;
+    v_lo_xmax xid8;
+    v_lo_xip  xid8[];
+    v_hi_xip  xid8[];
+    v_ids     bigint[];
+    v_txids   xid8[];
+    v_got     int;
+    v_min_id  bigint;
+    v_new     pg_snapshot;
+BEGIN
+    SELECT g.win_lo, g.win_hi, g.cur_txid, g.cur_id INTO o_lo, o_hi, o_cur_txid, o_cur_id
+    FROM fanout.consumer_group g WHERE g.group_id = p_group_id;
+    o_ids := '{}';
+    o_txids := '{}';
+    o_changed := false;
+    LOOP
+        v_lo_xmax := pg_snapshot_xmax(o_lo);
+        -- Phase 1: transactions running at lo that committed by hi.
+        IF o_cur_txid < v_lo_xmax THEN
+            v_lo_xip := ARRAY(SELECT x FROM pg_snapshot_xip(o_lo) AS x
+                              WHERE x >= o_cur_txid AND pg_visible_in_snapshot(x, o_hi) ORDER BY x);
+            IF cardinality(v_lo_xip) > 0 THEN
+                v_min_id := fanout._partition_floor(p_topic_id, v_lo_xip[1]);
+                EXECUTE format(
+                    'SELECT array_agg(s.id ORDER BY s.txid, s.id), array_agg(s.txid ORDER BY s.txid, s.id)
+                     FROM (SELECT m.txid, m.id FROM fanout_data.%I m
+                           WHERE m.txid = ANY($1) AND (m.txid, m.id) > ($2, $3) AND m.id >= $4
+                           ORDER BY m.txid, m.id LIMIT $5) s', p_table)
+                    INTO v_ids, v_txids USING v_lo_xip, o_cur_txid, o_cur_id, v_min_id, v_left;
+                v_got := coalesce(cardinality(v_ids), 0);
+                IF v_got > 0 THEN
+                    o_ids := o_ids || v_ids;
+                    o_txids := o_txids || v_txids;
+                    o_cur_txid := v_txids[v_got];
+                    o_cur_id := v_ids[v_got];
+                    o_changed := true;
+                    v_left := v_left - v_got;
+                END IF;
+                EXIT WHEN v_left = 0;
+            END IF;
+            o_cur_txid := v_lo_xmax;
+            o_cur_id := 0;
+            o_changed := true;
+        END IF;
+
+        -- Phase 2: the txid range [xmax(lo), xmax(hi)), skipping what hi saw running.
+        v_hi_xip := ARRAY(SELECT pg_snapshot_xip(o_hi));
+        IF o_cur_txid < pg_snapshot_xmax(o_hi) THEN
+            v_min_id := fanout._partition_floor(p_topic_id, o_cur_txid);
+            EXECUTE format(
+                'SELECT array_agg(s.id ORDER BY s.txid, s.id), array_agg(s.txid ORDER BY s.txid, s.id)
+                 FROM (SELECT m.txid, m.id FROM fanout_data.%I m
+                       WHERE m.txid >= $1 AND m.txid < $2 AND (m.txid, m.id) > ($1, $3)
+                         AND m.txid <> ALL ($4) AND m.id >= $5
+                       ORDER BY m.txid, m.id LIMIT $6) s', p_table)
+                INTO v_ids, v_txids USING o_cur_txid, pg_snapshot_xmax(o_hi), o_cur_id, v_hi_xip, v_min_id, v_left;
+            v_got := coalesce(cardinality(v_ids), 0);
+            IF v_got > 0 THEN
+                o_ids := o_ids || v_ids;
+                o_txids := o_txids || v_txids;
+                o_cur_txid := v_txids[v_got];
+                o_cur_id := v_ids[v_got];
+                o_changed := true;
+                v_left := v_left - v_got;
+            END IF;
+            EXIT WHEN v_left = 0;
+        END IF;
+
+        -- The window is used up: open the next one, a bounded number of times.
+        EXIT WHEN v_rounds >= 2;
+        v_new := pg_current_snapshot();
+        EXIT WHEN v_new::text = o_hi::text;
+        o_lo := o_hi;
+        o_hi := v_new;
+        o_cur_txid := '0';
+        o_cur_id := 0;
+        o_changed := true;
+        v_rounds := v_rounds + 1;
+    END LOOP;
+END
+$fn$;

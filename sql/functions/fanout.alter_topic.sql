@@ -1,0 +1,49 @@
+-- fanout.alter_topic(topic, ...options): changes a topic's settings; a NULL
+-- option is left as it is. semantics and completion are fixed at creation.
+-- Returns the topic id.
+-- Raises: PGQ01, PGQ03 (a bad value). Tables: fanout.topic, fanout_data.* (notify trigger).
+CREATE OR REPLACE FUNCTION fanout.alter_topic(
+    topic                               text,
+    retention                           interval DEFAULT NULL,
+    zero_subscription_retention         interval DEFAULT NULL,
+    block_writes_without_subscriptions  boolean DEFAULT NULL,
+    max_retention                       interval DEFAULT NULL,
+    max_attempts                        int DEFAULT NULL,
+    max_payload_bytes                   int DEFAULT NULL,
+    zombie_ttl                          interval DEFAULT NULL,
+    notify                              boolean DEFAULT NULL,
+    partition_interval                  interval DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_old fanout.topic;
+    v_new fanout.topic;
+BEGIN
+    v_old := fanout._topic($1, true);
+    v_new := v_old;
+    v_new.retention := coalesce($2, v_old.retention);
+    v_new.zero_subscription_retention := coalesce($3, v_old.zero_subscription_retention);
+    v_new.block_writes_without_subscriptions := coalesce($4, v_old.block_writes_without_subscriptions);
+    v_new.max_retention := coalesce($5, v_old.max_retention);
+    v_new.max_attempts := coalesce($6, v_old.max_attempts);
+    v_new.max_payload_bytes := coalesce($7, v_old.max_payload_bytes);
+    v_new.zombie_ttl := coalesce($8, v_old.zombie_ttl);
+    v_new.notify := coalesce($9, v_old.notify);
+    v_new.partition_interval := coalesce($10, v_old.partition_interval);
+    PERFORM fanout._check_topic_settings(v_new);
+    UPDATE fanout.topic t
+    SET retention = v_new.retention, zero_subscription_retention = v_new.zero_subscription_retention,
+        block_writes_without_subscriptions = v_new.block_writes_without_subscriptions,
+        max_retention = v_new.max_retention, max_attempts = v_new.max_attempts,
+        max_payload_bytes = v_new.max_payload_bytes, zombie_ttl = v_new.zombie_ttl,
+        notify = v_new.notify, partition_interval = v_new.partition_interval
+    WHERE t.topic_id = v_old.topic_id;
+    IF v_new.notify IS DISTINCT FROM v_old.notify THEN
+        PERFORM fanout._set_notify(v_old.topic_id, v_new.notify);
+    END IF;
+    RETURN v_old.topic_id;
+END
+$fn$;

@@ -1,0 +1,127 @@
+-- fanout.create_topic(topic, semantics, completion, retention, ...options):
+-- creates a topic: its catalog row, its message table fanout_data.m<id>
+-- (range-partitioned by message id, first partition created now), its id
+-- sequence, the NOTIFY trigger (when notify) and, for queue topics, the one
+-- implicit consumer group.
+-- Idempotent: called again with the same settings it returns the same id;
+-- with different settings it raises PGQ02 naming them.
+-- Returns the topic id.
+-- Raises: PGQ03 bad option, PGQ04 bad name, PGQ02 settings differ,
+-- 0A000 reference completion (not yet available).
+-- Tables: fanout.topic, fanout.partition, fanout.consumer_group, fanout_data.*.
+CREATE OR REPLACE FUNCTION fanout.create_topic(
+    topic                               text,
+    semantics                           text DEFAULT 'queue',
+    completion                          text DEFAULT 'offset',
+    retention                           interval DEFAULT '24 hours',
+    zero_subscription_retention         interval DEFAULT '24 hours',
+    block_writes_without_subscriptions  boolean DEFAULT false,
+    max_retention                       interval DEFAULT '30 days',
+    max_attempts                        int DEFAULT 5,
+    max_payload_bytes                   int DEFAULT 1048576,
+    zombie_ttl                          interval DEFAULT '7 days',
+    notify                              boolean DEFAULT true,
+    partition_interval                  interval DEFAULT '1 hour')
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    p_topic ALIAS FOR $1;
+    v_new   fanout.topic;
+    v_old   fanout.topic;
+    v_diff  text[];
+BEGIN
+    PERFORM fanout._check_name('topic', p_topic);
+    v_new.topic := p_topic;
+    v_new.semantics := fanout._normalize_option('semantics', $2);
+    v_new.completion := fanout._normalize_option('completion', $3);
+    v_new.retention := $4;
+    v_new.zero_subscription_retention := $5;
+    v_new.block_writes_without_subscriptions := $6;
+    v_new.max_retention := $7;
+    v_new.max_attempts := $8;
+    v_new.max_payload_bytes := $9;
+    v_new.zombie_ttl := $10;
+    v_new.notify := $11;
+    v_new.partition_interval := $12;
+    PERFORM fanout._check_topic_settings(v_new);
+    IF v_new.semantics = 'queue' AND v_new.completion <> 'offset' THEN
+        RAISE EXCEPTION 'completion % applies to pubsub topics only; a queue topic message needs one ack',
+            v_new.completion USING ERRCODE = 'PGQ03';
+    END IF;
+    IF v_new.completion = 'reference' THEN
+        RAISE EXCEPTION 'completion reference is not available in this version'
+            USING ERRCODE = '0A000', HINT = 'use completion => ''offset''';
+    END IF;
+
+    -- Serialise concurrent creators of the same name.
+    PERFORM pg_advisory_xact_lock(hashtextextended('fanout.topic:' || p_topic, 0));
+
+    SELECT * INTO v_old FROM fanout.topic t WHERE t.topic = p_topic;
+    IF FOUND THEN
+        SELECT array_agg(k ORDER BY k) INTO v_diff
+        FROM (VALUES
+            ('semantics', v_old.semantics IS DISTINCT FROM v_new.semantics),
+            ('completion', v_old.completion IS DISTINCT FROM v_new.completion),
+            ('retention', v_old.retention IS DISTINCT FROM v_new.retention),
+            ('zero_subscription_retention', v_old.zero_subscription_retention IS DISTINCT FROM v_new.zero_subscription_retention),
+            ('block_writes_without_subscriptions', v_old.block_writes_without_subscriptions IS DISTINCT FROM v_new.block_writes_without_subscriptions),
+            ('max_retention', v_old.max_retention IS DISTINCT FROM v_new.max_retention),
+            ('max_attempts', v_old.max_attempts IS DISTINCT FROM v_new.max_attempts),
+            ('max_payload_bytes', v_old.max_payload_bytes IS DISTINCT FROM v_new.max_payload_bytes),
+            ('zombie_ttl', v_old.zombie_ttl IS DISTINCT FROM v_new.zombie_ttl),
+            ('notify', v_old.notify IS DISTINCT FROM v_new.notify),
+            ('partition_interval', v_old.partition_interval IS DISTINCT FROM v_new.partition_interval)
+        ) AS d(k, differs)
+        WHERE differs;
+        IF v_diff IS NOT NULL THEN
+            RAISE EXCEPTION 'topic % already exists with different settings: %',
+                quote_literal(p_topic), array_to_string(v_diff, ', ')
+                USING ERRCODE = 'PGQ02', HINT = 'use fanout.alter_topic() to change settings';
+        END IF;
+        RETURN v_old.topic_id;
+    END IF;
+
+    INSERT INTO fanout.topic AS t (topic, semantics, completion, retention, zero_subscription_retention,
+        block_writes_without_subscriptions, max_retention, max_attempts, max_payload_bytes, zombie_ttl,
+        notify, partition_interval, data_table, seq_name)
+    VALUES (p_topic, v_new.semantics, v_new.completion, v_new.retention, v_new.zero_subscription_retention,
+        v_new.block_writes_without_subscriptions, v_new.max_retention, v_new.max_attempts,
+        v_new.max_payload_bytes, v_new.zombie_ttl, v_new.notify, v_new.partition_interval, '', '')
+    RETURNING * INTO v_new;
+
+    v_new.data_table := 'm' || v_new.topic_id;
+    v_new.seq_name := v_new.data_table || '_id_seq';
+    UPDATE fanout.topic t SET data_table = v_new.data_table, seq_name = v_new.seq_name
+    WHERE t.topic_id = v_new.topic_id;
+
+    EXECUTE format('CREATE SEQUENCE fanout_data.%I AS bigint MINVALUE 1 START 1', v_new.seq_name);
+    -- txid first: publish takes its xid before its id (see _manage_partitions).
+    EXECUTE format($ddl$
+        CREATE TABLE fanout_data.%I (
+            txid          xid8        NOT NULL DEFAULT pg_current_xact_id(),
+            id            bigint      NOT NULL DEFAULT nextval(%L::regclass),
+            published_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+            message_group text,
+            headers       jsonb       NOT NULL DEFAULT '{}',
+            payload       jsonb       NOT NULL
+        ) PARTITION BY RANGE (id)$ddl$,
+        v_new.data_table, 'fanout_data.' || quote_ident(v_new.seq_name));
+    EXECUTE format('ALTER SEQUENCE fanout_data.%I OWNED BY fanout_data.%I.id', v_new.seq_name, v_new.data_table);
+    EXECUTE format('CREATE INDEX %I ON fanout_data.%I (txid, id)', v_new.data_table || '_txid_id', v_new.data_table);
+    PERFORM fanout._create_partition(v_new.topic_id, 0);
+    IF v_new.notify THEN
+        PERFORM fanout._set_notify(v_new.topic_id, true);
+    END IF;
+
+    IF v_new.semantics = 'queue' THEN
+        -- The implicit group starts before every transaction ('1:1:'), so it
+        -- receives everything ever published, even in this same transaction.
+        INSERT INTO fanout.consumer_group (topic_id, group_name, win_lo, win_hi, start_position)
+        VALUES (v_new.topic_id, NULL, '1:1:', '1:1:', 'earliest');
+    END IF;
+    RETURN v_new.topic_id;
+END
+$fn$;

@@ -1,0 +1,38 @@
+-- fanout.drop_topic(topic, force): drops a topic with its messages, groups,
+-- leases, retries and dead letters. Without force it refuses while a group
+-- is active (pubsub) or messages are still undelivered.
+-- Returns true.
+-- Raises: PGQ01, PGQ08 (active groups or undelivered messages; pass force).
+-- Tables: every fanout table row of the topic, fanout_data.m<topic_id>.
+CREATE OR REPLACE FUNCTION fanout.drop_topic(topic text, force boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_t fanout.topic;
+    v_n bigint;
+BEGIN
+    v_t := fanout._topic($1, true);
+    IF NOT coalesce($2, false) THEN
+        SELECT count(*) INTO v_n FROM fanout.consumer_group g
+        WHERE g.topic_id = v_t.topic_id AND g.group_name IS NOT NULL AND g.status = 'active';
+        IF v_n > 0 THEN
+            RAISE EXCEPTION 'topic % has % active group(s)', quote_literal(v_t.topic), v_n
+                USING ERRCODE = 'PGQ08', HINT = 'unsubscribe them, or pass force => true';
+        END IF;
+        IF EXISTS (SELECT 1 FROM fanout.consumer_group g
+                   WHERE g.topic_id = v_t.topic_id AND g.status IN ('active', 'paused')
+                     AND fanout._group_has_backlog(g.group_id)) THEN
+            RAISE EXCEPTION 'topic % still has undelivered messages', quote_literal(v_t.topic)
+                USING ERRCODE = 'PGQ08', HINT = 'drain it, or pass force => true';
+        END IF;
+    END IF;
+    EXECUTE format('DROP TABLE fanout_data.%I', v_t.data_table);
+    DELETE FROM fanout.topic t WHERE t.topic_id = v_t.topic_id;
+    INSERT INTO fanout.event_log (topic, kind, detail)
+    VALUES (v_t.topic, 'topic_dropped', jsonb_build_object('force', coalesce($2, false)));
+    RETURN true;
+END
+$fn$;

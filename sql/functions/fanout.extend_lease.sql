@@ -1,0 +1,29 @@
+-- fanout.extend_lease(lease_id, extend_by): keeps a lease's messages for
+-- longer: it now expires extend_by after its current expiry, or after now if
+-- it has already expired (and nobody took its messages).
+-- Returns the new expiry.
+-- Raises: PGQ03 extend_by not positive or over 24 hours, PGQ10, PGQ11 (a
+-- message of the lease was re-delivered to another consumer).
+-- Tables: fanout.lease.
+CREATE OR REPLACE FUNCTION fanout.extend_lease(lease_id bigint, extend_by interval)
+RETURNS timestamptz
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_l   fanout.lease;
+    v_exp timestamptz;
+BEGIN
+    IF $2 IS NULL OR $2 <= interval '0' OR $2 > interval '24 hours' THEN
+        RAISE EXCEPTION 'extend_by must be a positive interval of at most 24 hours, got %', coalesce($2::text, 'NULL')
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    v_l := fanout._lock_lease($1);
+    PERFORM fanout._lease_targets(v_l, NULL);  -- fencing
+    UPDATE fanout.lease l SET expires_at = greatest(l.expires_at, clock_timestamp()) + $2
+    WHERE l.lease_id = v_l.lease_id
+    RETURNING l.expires_at INTO v_exp;
+    RETURN v_exp;
+END
+$fn$;

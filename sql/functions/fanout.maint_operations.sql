@@ -1,0 +1,24 @@
+-- fanout.maint_operations(p_now): the maintenance calls that are due, as
+-- (func, arg) rows, so the pgq-scheduler sidecar (or pg_cron, or
+-- fanout.run_maintenance) never hard-codes SQL. Call each as
+-- SELECT func(p_now => now()) -- or func(arg, p_now => ...) when arg is not
+-- NULL -- again while it returns > 0. Every listed function is idempotent,
+-- bounded and takes its own advisory lock.
+-- Reads fanout.topic, fanout.partition, fanout.lease.
+CREATE OR REPLACE FUNCTION fanout.maint_operations(p_now timestamptz DEFAULT now())
+RETURNS TABLE(func text, arg text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+    SELECT 'fanout._manage_partitions', NULL::text
+    WHERE EXISTS (SELECT 1 FROM fanout.partition p JOIN fanout.topic t ON t.topic_id = p.topic_id
+                  WHERE p.closed_at IS NULL AND p.created_at <= p_now - t.partition_interval)
+    UNION ALL
+    SELECT 'fanout._cleanup_partitions', NULL
+    WHERE EXISTS (SELECT 1 FROM fanout.partition p WHERE p.closed_at IS NOT NULL)
+    UNION ALL
+    SELECT 'fanout._cleanup_bookkeeping', NULL
+    WHERE EXISTS (SELECT 1 FROM fanout.lease l WHERE l.open_count = 0 AND l.closed_at < p_now - interval '1 hour')
+       OR EXISTS (SELECT 1 FROM fanout.member m WHERE m.last_seen < p_now - interval '7 days')
+       OR EXISTS (SELECT 1 FROM fanout.event_log e WHERE e.at < p_now - interval '30 days')
+$fn$;

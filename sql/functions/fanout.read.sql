@@ -1,0 +1,182 @@
+-- fanout.read(topic, group_name, consumer, max_messages, lease): claims up to
+-- max_messages for the caller under one new lease, in this order:
+--   1. un-acked messages of the group's expired leases (their attempt grows;
+--      the old lease can no longer ack them: fencing),
+--   2. nacked messages whose retry time has come,
+--   3. the next page of the group's stream (fanout._window_page).
+-- A message whose delivery would exceed the topic's max_attempts goes to the
+-- group's dead letters instead. Members of one group never hold the same
+-- message under unexpired leases. Counts as a heartbeat of group and consumer.
+-- Must run in READ COMMITTED (the default) so that each statement sees what
+-- the previous reader of the group committed.
+-- Returns one row per message: lease_id, message_id, payload, headers,
+-- message_group, published_at, attempt (1 on first delivery).
+-- Raises: PGQ01, PGQ03 (max_messages not in 1..10000, lease not in
+-- (0, 24 hours]), PGQ04 bad consumer name, PGQ09 isolation level, PGQ13,
+-- PGQ14, PGQ16 (see fanout._lock_group).
+-- Tables: fanout.topic, fanout.consumer_group, fanout.member, fanout.lease,
+-- fanout.retry, fanout.dead_letter, fanout.partition, fanout_data.m<topic_id>.
+CREATE OR REPLACE FUNCTION fanout.read(
+    topic        text,
+    group_name   text DEFAULT NULL,
+    consumer     text DEFAULT NULL,
+    max_messages int DEFAULT 100,
+    lease        interval DEFAULT '30 seconds')
+RETURNS TABLE(lease_id bigint, message_id bigint, payload jsonb, headers jsonb,
+              message_group text, published_at timestamptz, attempt int)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    p_topic     ALIAS FOR $1;
+    p_group     ALIAS FOR $2;
+    p_consumer  ALIAS FOR $3;
+    p_max       ALIAS FOR $4;
+    p_lease     ALIAS FOR $5;
+    v_t         fanout.topic;
+    v_g         fanout.consumer_group;
+    v_now       timestamptz := clock_timestamp();
+    v_ids       bigint[] := '{}';
+    v_txids     xid8[] := '{}';
+    v_att       int[] := '{}';
+    v_left      int;
+    v_lease_id  bigint;
+    v_w         record;
+    v_moved     boolean := false;
+    r           record;
+    v_take      record;
+    v_dead_ids  bigint[];
+BEGIN
+    IF p_max IS NULL OR p_max < 1 OR p_max > 10000 THEN
+        RAISE EXCEPTION 'max_messages must be between 1 and 10000, got %', coalesce(p_max::text, 'NULL')
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_lease IS NULL OR p_lease <= interval '0' OR p_lease > interval '24 hours' THEN
+        RAISE EXCEPTION 'lease must be a positive interval of at most 24 hours, got %', coalesce(p_lease::text, 'NULL')
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_consumer IS NOT NULL THEN
+        PERFORM fanout._check_name('consumer', p_consumer);
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'fanout.read must run in READ COMMITTED, not %', upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'PGQ09';
+    END IF;
+    v_t := fanout._topic(p_topic);
+    v_g := fanout._lock_group(v_t, p_group, true);
+    IF v_g.status <> 'active' THEN
+        RETURN;  -- paused: keeps its position, receives nothing
+    END IF;
+    v_left := p_max;
+
+    -- 1. Take over what expired leases left un-acked.
+    FOR r IN
+        SELECT l.lease_id, l.msg_ids, l.msg_txids, l.attempts, l.settled, l.reclaimed
+        FROM fanout.lease l
+        WHERE l.group_id = v_g.group_id AND l.open_count > 0 AND l.expires_at <= v_now
+        ORDER BY l.expires_at, l.lease_id
+        LIMIT p_max
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        EXIT WHEN v_left = 0;
+        SELECT array_agg(u.id ORDER BY u.ord) FILTER (WHERE u.att < v_t.max_attempts) AS ids,
+               array_agg(u.tx ORDER BY u.ord) FILTER (WHERE u.att < v_t.max_attempts) AS txids,
+               array_agg(u.att + 1 ORDER BY u.ord) FILTER (WHERE u.att < v_t.max_attempts) AS atts,
+               array_agg(u.id ORDER BY u.ord) FILTER (WHERE u.att >= v_t.max_attempts) AS dead_ids,
+               array_agg(u.tx ORDER BY u.ord) FILTER (WHERE u.att >= v_t.max_attempts) AS dead_txids,
+               array_agg(u.att ORDER BY u.ord) FILTER (WHERE u.att >= v_t.max_attempts) AS dead_atts,
+               array_agg(u.id ORDER BY u.ord) AS all_ids
+        INTO v_take
+        FROM (SELECT o.id, o.tx, o.att, o.ord
+              FROM unnest(r.msg_ids, r.msg_txids, r.attempts) WITH ORDINALITY AS o(id, tx, att, ord)
+              WHERE o.id <> ALL (r.settled) AND o.id <> ALL (r.reclaimed)
+              ORDER BY o.ord
+              LIMIT v_left) u;
+        IF v_take.dead_ids IS NOT NULL THEN
+            PERFORM fanout._dead_letter(v_g.group_id, v_t.data_table, v_take.dead_ids, v_take.dead_txids,
+                                        v_take.dead_atts,
+                                        format('lease %s expired on delivery attempt %s of %s',
+                                               r.lease_id, v_t.max_attempts, v_t.max_attempts));
+        END IF;
+        IF v_take.ids IS NOT NULL THEN
+            v_ids := v_ids || v_take.ids;
+            v_txids := v_txids || v_take.txids;
+            v_att := v_att || v_take.atts;
+            v_left := v_left - cardinality(v_take.ids);
+        END IF;
+        UPDATE fanout.lease l
+        SET reclaimed = l.reclaimed || v_take.all_ids,
+            open_count = l.open_count - cardinality(v_take.all_ids),
+            closed_at = CASE WHEN l.open_count = cardinality(v_take.all_ids) THEN v_now END
+        WHERE l.lease_id = r.lease_id;
+    END LOOP;
+
+    -- 2. Due retries.
+    IF v_left > 0 THEN
+        WITH due AS (
+            DELETE FROM fanout.retry rt
+            WHERE rt.group_id = v_g.group_id
+              AND rt.message_id IN (SELECT d.message_id FROM fanout.retry d
+                                    WHERE d.group_id = v_g.group_id AND d.not_before <= v_now
+                                    ORDER BY d.not_before, d.message_id LIMIT v_left)
+            RETURNING rt.message_id, rt.txid, rt.attempt, rt.not_before)
+        SELECT array_agg(due.message_id ORDER BY due.not_before, due.message_id) AS ids,
+               array_agg(due.txid ORDER BY due.not_before, due.message_id) AS txids,
+               array_agg(due.attempt + 1 ORDER BY due.not_before, due.message_id) AS atts
+        INTO v_take FROM due;
+        IF v_take.ids IS NOT NULL THEN
+            v_ids := v_ids || v_take.ids;
+            v_txids := v_txids || v_take.txids;
+            v_att := v_att || v_take.atts;
+            v_left := v_left - cardinality(v_take.ids);
+        END IF;
+    END IF;
+
+    -- 3. The group's stream.
+    IF v_left > 0 THEN
+        SELECT * INTO v_w FROM fanout._window_page(v_g.group_id, v_t.topic_id, v_t.data_table, v_left);
+        IF v_w.o_changed THEN
+            v_moved := true;
+            v_g.win_lo := v_w.o_lo;
+            v_g.win_hi := v_w.o_hi;
+            v_g.cur_txid := v_w.o_cur_txid;
+            v_g.cur_id := v_w.o_cur_id;
+        END IF;
+        IF cardinality(v_w.o_ids) > 0 THEN
+            v_ids := v_ids || v_w.o_ids;
+            v_txids := v_txids || v_w.o_txids;
+            v_att := v_att || array_fill(1, ARRAY[cardinality(v_w.o_ids)]);
+        END IF;
+    END IF;
+
+    -- One write of the group row: position, delivery count, heartbeat (throttled).
+    IF v_moved OR cardinality(v_ids) > 0
+       OR v_g.last_heartbeat < v_now - least(v_g.heartbeat_timeout / 10, interval '5 seconds') THEN
+        UPDATE fanout.consumer_group g
+        SET win_lo = v_g.win_lo, win_hi = v_g.win_hi, cur_txid = v_g.cur_txid, cur_id = v_g.cur_id,
+            delivered = g.delivered + cardinality(v_ids),
+            last_read_at = v_now, last_heartbeat = v_now, missed_heartbeats = 0
+        WHERE g.group_id = v_g.group_id;
+    END IF;
+    IF p_consumer IS NOT NULL THEN
+        PERFORM fanout._touch_member(v_g.group_id, p_consumer, v_now);
+    END IF;
+
+    IF cardinality(v_ids) = 0 THEN
+        RETURN;
+    END IF;
+    INSERT INTO fanout.lease AS l (group_id, consumer, created_at, expires_at, msg_ids, msg_txids, attempts,
+                                   open_count, min_id)
+    VALUES (v_g.group_id, p_consumer, v_now, v_now + p_lease, v_ids, v_txids, v_att,
+            cardinality(v_ids), (SELECT min(x) FROM unnest(v_ids) AS x))
+    RETURNING l.lease_id INTO v_lease_id;
+
+    RETURN QUERY EXECUTE format(
+        'SELECT $1::bigint, m.id, m.payload, m.headers, m.message_group, m.published_at, u.att
+         FROM unnest($2::bigint[], $3::xid8[], $4::int[]) WITH ORDINALITY AS u(id, tx, att, ord)
+         JOIN fanout_data.%I m ON m.txid = u.tx AND m.id = u.id
+         ORDER BY u.ord', v_t.data_table)
+        USING v_lease_id, v_ids, v_txids, v_att;
+END
+$fn$;

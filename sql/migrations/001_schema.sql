@@ -1,0 +1,160 @@
+-- 001_schema.sql — pgq catalog (schema fanout), message storage schema
+-- (fanout_data) and the three group roles. Functions and triggers are frozen
+-- from sql/functions and sql/triggers by later migrations.
+
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'fanout_admin') THEN
+        CREATE ROLE fanout_admin NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'fanout_producer') THEN
+        CREATE ROLE fanout_producer NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'fanout_consumer') THEN
+        CREATE ROLE fanout_consumer NOLOGIN;
+    END IF;
+END
+$roles$;
+
+CREATE SCHEMA fanout;
+CREATE SCHEMA fanout_data;
+
+-- Nobody but the owner touches tables directly; the API is the functions.
+REVOKE ALL ON SCHEMA fanout FROM PUBLIC;
+REVOKE ALL ON SCHEMA fanout_data FROM PUBLIC;
+GRANT USAGE ON SCHEMA fanout TO fanout_admin, fanout_producer, fanout_consumer;
+
+-- One row per topic. Message data lives in fanout_data.m<topic_id>, named from
+-- the id so that no topic name ever becomes an identifier.
+CREATE TABLE fanout.topic (
+    topic_id                            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    topic                               text NOT NULL UNIQUE,
+    semantics                           text NOT NULL CHECK (semantics IN ('queue', 'pubsub')),
+    completion                          text NOT NULL CHECK (completion IN ('offset', 'reference')),
+    retention                           interval NOT NULL,
+    zero_subscription_retention         interval NOT NULL,
+    block_writes_without_subscriptions  boolean NOT NULL,
+    max_retention                       interval NOT NULL,
+    max_attempts                        int NOT NULL,
+    max_payload_bytes                   int NOT NULL,
+    zombie_ttl                          interval NOT NULL,
+    notify                              boolean NOT NULL,
+    partition_interval                  interval NOT NULL,
+    data_table                          text NOT NULL,
+    seq_name                            text NOT NULL,
+    dropped_unread                      bigint NOT NULL DEFAULT 0,
+    created_at                          timestamptz NOT NULL DEFAULT now()
+);
+
+-- A consumer group. A queue topic has exactly one, implicit, with group_name
+-- NULL: all its readers compete. The read state is a snapshot window
+-- (win_lo, win_hi) plus a page cursor (cur_txid, cur_id) inside it
+-- (see docs/architecture.md, "Read path").
+CREATE TABLE fanout.consumer_group (
+    group_id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    topic_id            bigint NOT NULL REFERENCES fanout.topic ON DELETE CASCADE,
+    group_name          text,
+    status              text NOT NULL DEFAULT 'active'
+                        CHECK (status IN ('active', 'paused', 'dead', 'cancelled')),
+    win_lo              pg_snapshot NOT NULL,
+    win_hi              pg_snapshot NOT NULL,
+    cur_txid            xid8 NOT NULL DEFAULT '0',
+    cur_id              bigint NOT NULL DEFAULT 0,
+    start_position      text NOT NULL DEFAULT 'earliest',
+    effective_start_id  bigint,
+    max_backfill        bigint NOT NULL DEFAULT 1000000,
+    heartbeat_timeout   interval NOT NULL DEFAULT '5 minutes',
+    dead_after_misses   int NOT NULL DEFAULT 3,
+    missed_heartbeats   int NOT NULL DEFAULT 0,
+    last_heartbeat      timestamptz NOT NULL DEFAULT now(),
+    last_read_at        timestamptz,
+    delivered           bigint NOT NULL DEFAULT 0,
+    lost_messages       bigint NOT NULL DEFAULT 0,
+    created_at          timestamptz NOT NULL DEFAULT now(),
+    status_changed_at   timestamptz NOT NULL DEFAULT now(),
+    UNIQUE NULLS NOT DISTINCT (topic_id, group_name)
+);
+
+-- Members seen per group (for fanout.groups; throttled writes).
+CREATE TABLE fanout.member (
+    group_id    bigint NOT NULL REFERENCES fanout.consumer_group ON DELETE CASCADE,
+    consumer    text NOT NULL,
+    last_seen   timestamptz NOT NULL,
+    PRIMARY KEY (group_id, consumer)
+);
+
+-- A lease: one page handed to one consumer. Per-message state lives in the
+-- arrays (parallel, same order): no per-message rows on the consume path.
+CREATE TABLE fanout.lease (
+    lease_id    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    group_id    bigint NOT NULL REFERENCES fanout.consumer_group ON DELETE CASCADE,
+    consumer    text,
+    created_at  timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    msg_ids     bigint[] NOT NULL,
+    msg_txids   xid8[] NOT NULL,
+    attempts    int[] NOT NULL,
+    settled     bigint[] NOT NULL DEFAULT '{}',   -- acked, nacked or dead-lettered by this lease
+    reclaimed   bigint[] NOT NULL DEFAULT '{}',   -- taken over by a later lease after expiry
+    open_count  int NOT NULL,                     -- neither settled nor reclaimed
+    min_id      bigint NOT NULL,                  -- pins partitions while open
+    closed_at   timestamptz                       -- set when open_count reaches 0
+);
+CREATE INDEX lease_open_idx ON fanout.lease (group_id, expires_at) WHERE open_count > 0;
+CREATE INDEX lease_closed_idx ON fanout.lease (closed_at) WHERE open_count = 0;
+
+-- Messages waiting for redelivery after nack (or dead-letter replay).
+CREATE TABLE fanout.retry (
+    group_id    bigint NOT NULL REFERENCES fanout.consumer_group ON DELETE CASCADE,
+    message_id  bigint NOT NULL,
+    txid        xid8 NOT NULL,
+    attempt     int NOT NULL,          -- deliveries so far
+    not_before  timestamptz NOT NULL,
+    last_error  text,
+    PRIMARY KEY (group_id, message_id)
+);
+CREATE INDEX retry_due_idx ON fanout.retry (group_id, not_before);
+
+-- Dead letters keep a copy of the message so that they outlive partition drops.
+CREATE TABLE fanout.dead_letter (
+    group_id        bigint NOT NULL REFERENCES fanout.consumer_group ON DELETE CASCADE,
+    message_id      bigint NOT NULL,
+    txid            xid8 NOT NULL,
+    payload         jsonb NOT NULL,
+    headers         jsonb NOT NULL,
+    message_group   text,
+    published_at    timestamptz NOT NULL,
+    attempts        int NOT NULL,
+    last_error      text,
+    dead_at         timestamptz NOT NULL,
+    PRIMARY KEY (group_id, message_id)
+);
+
+-- Partitions of each topic's message table: id ranges, opened by rotation.
+-- txid_bound is set when the partition is closed: every row in it has a txid
+-- below it (see docs/architecture.md, "Partitions").
+CREATE TABLE fanout.partition (
+    topic_id    bigint NOT NULL REFERENCES fanout.topic ON DELETE CASCADE,
+    part_no     int NOT NULL,
+    lo_id       bigint NOT NULL,
+    hi_id       bigint NOT NULL,
+    relname     text NOT NULL,
+    created_at  timestamptz NOT NULL,
+    created_xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    closed_at   timestamptz,
+    txid_bound  xid8,
+    PRIMARY KEY (topic_id, part_no)
+);
+
+-- Every loss-relevant maintenance action (max_retention drops of unread data,
+-- dead-lettering by lease expiry, forced removals) is logged here.
+CREATE TABLE fanout.event_log (
+    event_id    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at          timestamptz NOT NULL DEFAULT clock_timestamp(),
+    topic       text NOT NULL,
+    group_name  text,
+    kind        text NOT NULL,
+    count       bigint NOT NULL DEFAULT 0,
+    detail      jsonb NOT NULL DEFAULT '{}'
+);
+CREATE INDEX event_log_at_idx ON fanout.event_log (at);

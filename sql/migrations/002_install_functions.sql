@@ -1,0 +1,1 @@
+{{ install_snapshot "002" }}

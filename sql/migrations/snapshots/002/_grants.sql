@@ -1,0 +1,40 @@
+-- _grants.sql: privileges, applied after every install of this package.
+-- Everything users call is SECURITY DEFINER with a pinned search_path;
+-- nobody gets EXECUTE by default (PUBLIC is revoked), and no role but the
+-- owner touches a table. Role membership: fanout_admin has both other roles.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fanout FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA fanout FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA fanout_data FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA fanout_data FROM PUBLIC;
+
+GRANT fanout_producer, fanout_consumer TO fanout_admin;
+
+GRANT EXECUTE ON FUNCTION
+    fanout.publish(text, jsonb, jsonb, text),
+    fanout.publish_batch(text, jsonb[], jsonb[], text[]),
+    fanout.channel_name(bigint)
+TO fanout_producer;
+
+GRANT EXECUTE ON FUNCTION
+    fanout.read(text, text, text, int, interval),
+    fanout.ack(bigint, bigint[]),
+    fanout.nack(bigint, bigint[], interval, text),
+    fanout.extend_lease(bigint, interval),
+    fanout.channel_name(bigint)
+TO fanout_consumer;
+
+GRANT EXECUTE ON FUNCTION
+    fanout.create_topic(text, text, text, interval, interval, boolean, interval, int, int, interval, boolean, interval),
+    fanout.alter_topic(text, interval, interval, boolean, interval, int, int, interval, boolean, interval),
+    fanout.drop_topic(text, boolean),
+    fanout.replay_dead_letters(text, text, bigint[]),
+    fanout.purge_dead_letters(text, text, interval),
+    fanout.maint_operations(timestamptz),
+    fanout.run_maintenance(timestamptz),
+    fanout._manage_partitions(timestamptz),
+    fanout._cleanup_partitions(timestamptz),
+    fanout._cleanup_bookkeeping(timestamptz)
+TO fanout_admin;
+
+GRANT SELECT ON fanout.topics TO fanout_admin, fanout_producer, fanout_consumer;
+GRANT SELECT ON fanout.dead_letters TO fanout_admin, fanout_consumer;

@@ -1,0 +1,46 @@
+-- fanout._check_topic_settings(p_t): validates a topic's settings before it is
+-- created or altered. Raises PGQ03 naming the first bad setting. Touches no table.
+CREATE OR REPLACE FUNCTION fanout._check_topic_settings(p_t fanout.topic)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+BEGIN
+    IF p_t.retention IS NULL OR p_t.retention < interval '0' THEN
+        RAISE EXCEPTION 'retention must be a non-negative interval, got %', coalesce(p_t.retention::text, 'NULL')
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.zero_subscription_retention IS NULL OR p_t.zero_subscription_retention < interval '0' THEN
+        RAISE EXCEPTION 'zero_subscription_retention must be a non-negative interval, got %',
+            coalesce(p_t.zero_subscription_retention::text, 'NULL') USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.max_retention IS NULL OR p_t.max_retention < p_t.retention
+       OR p_t.max_retention < p_t.zero_subscription_retention THEN
+        RAISE EXCEPTION 'max_retention (%) must be at least retention (%) and zero_subscription_retention (%)',
+            coalesce(p_t.max_retention::text, 'NULL'), p_t.retention, p_t.zero_subscription_retention
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.block_writes_without_subscriptions IS NULL THEN
+        RAISE EXCEPTION 'block_writes_without_subscriptions must not be NULL' USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.max_attempts IS NULL OR p_t.max_attempts < 1 OR p_t.max_attempts > 1000 THEN
+        RAISE EXCEPTION 'max_attempts must be between 1 and 1000, got %', coalesce(p_t.max_attempts::text, 'NULL')
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.max_payload_bytes IS NULL OR p_t.max_payload_bytes < 1 OR p_t.max_payload_bytes > 104857600 THEN
+        RAISE EXCEPTION 'max_payload_bytes must be between 1 and 104857600, got %',
+            coalesce(p_t.max_payload_bytes::text, 'NULL') USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.zombie_ttl IS NULL OR p_t.zombie_ttl <= interval '0' THEN
+        RAISE EXCEPTION 'zombie_ttl must be a positive interval, got %', coalesce(p_t.zombie_ttl::text, 'NULL')
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.notify IS NULL THEN
+        RAISE EXCEPTION 'notify must not be NULL' USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.partition_interval IS NULL OR p_t.partition_interval < interval '1 minute' THEN
+        RAISE EXCEPTION 'partition_interval must be at least 1 minute, got %',
+            coalesce(p_t.partition_interval::text, 'NULL') USING ERRCODE = 'PGQ03';
+    END IF;
+END
+$fn$;

@@ -1,0 +1,33 @@
+-- fanout._lease_targets(p_l, p_message_ids): the messages of lease p_l that an
+-- ack/nack of p_message_ids (NULL = the whole lease) settles now: the ones
+-- not settled yet. Fencing happens here: a message that expired and was
+-- re-delivered to another lease can no longer be settled through this one.
+-- Raises: PGQ03 NULL element, PGQ11 fenced, PGQ12 message not in the lease.
+-- Touches no table.
+CREATE OR REPLACE FUNCTION fanout._lease_targets(p_l fanout.lease, p_message_ids bigint[])
+RETURNS bigint[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_req  bigint[] := coalesce(p_message_ids, p_l.msg_ids);
+    v_bad  bigint[];
+BEGIN
+    IF array_position(v_req, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'message_ids must not contain NULL' USING ERRCODE = 'PGQ03';
+    END IF;
+    v_bad := ARRAY(SELECT DISTINCT x FROM unnest(v_req) AS x WHERE x = ANY (p_l.reclaimed) ORDER BY x);
+    IF cardinality(v_bad) > 0 THEN
+        RAISE EXCEPTION 'lease % expired and message(s) % were re-delivered to another consumer',
+            p_l.lease_id, array_to_string(v_bad, ', ')
+            USING ERRCODE = 'PGQ11',
+                  HINT = 'roll back this transaction; the new holder will process the message(s)';
+    END IF;
+    v_bad := ARRAY(SELECT DISTINCT x FROM unnest(v_req) AS x WHERE x <> ALL (p_l.msg_ids) ORDER BY x);
+    IF cardinality(v_bad) > 0 THEN
+        RAISE EXCEPTION 'message(s) % are not part of lease %', array_to_string(v_bad, ', '), p_l.lease_id
+            USING ERRCODE = 'PGQ12';
+    END IF;
+    RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_req) AS x WHERE x <> ALL (p_l.settled) ORDER BY x);
+END
+$fn$;

@@ -1,0 +1,22 @@
+-- fanout._lock_lease(p_lease_id): the lease row, locked FOR UPDATE (so that an
+-- ack and a takeover by another reader are serialised).
+-- Raises: PGQ03 NULL id, PGQ10 unknown lease. Tables: fanout.lease.
+CREATE OR REPLACE FUNCTION fanout._lock_lease(p_lease_id bigint)
+RETURNS fanout.lease
+LANGUAGE plpgsql
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_l fanout.lease;
+BEGIN
+    IF p_lease_id IS NULL THEN
+        RAISE EXCEPTION 'lease_id must not be NULL' USING ERRCODE = 'PGQ03';
+    END IF;
+    SELECT * INTO v_l FROM fanout.lease l WHERE l.lease_id = p_lease_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'lease % does not exist', p_lease_id
+            USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
+    END IF;
+    RETURN v_l;
+END
+$fn$;

@@ -1,0 +1,26 @@
+-- fanout._resurrect(p_g): a dead group comes back to life (a heartbeat, a read
+-- or fanout.resurrect_group). In offset mode its position was kept, so it
+-- continues from there; messages dropped meanwhile were counted in
+-- lost_messages when their partitions went. Returns the updated row.
+-- Tables: fanout.consumer_group, fanout.event_log.
+CREATE OR REPLACE FUNCTION fanout._resurrect(p_g fanout.consumer_group)
+RETURNS fanout.consumer_group
+LANGUAGE plpgsql
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_g fanout.consumer_group;
+BEGIN
+    UPDATE fanout.consumer_group g
+    SET status = 'active', missed_heartbeats = 0, last_heartbeat = clock_timestamp(),
+        status_changed_at = clock_timestamp()
+    WHERE g.group_id = p_g.group_id AND g.status = 'dead'
+    RETURNING * INTO v_g;
+    IF NOT FOUND THEN
+        RETURN p_g;
+    END IF;
+    INSERT INTO fanout.event_log (topic, group_name, kind)
+    SELECT t.topic, v_g.group_name, 'group_resurrected' FROM fanout.topic t WHERE t.topic_id = v_g.topic_id;
+    RETURN v_g;
+END
+$fn$;

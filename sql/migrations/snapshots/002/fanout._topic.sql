@@ -1,0 +1,26 @@
+-- fanout._topic(p_topic, p_lock): the catalog row of a topic by name.
+-- p_lock = true takes FOR UPDATE on it (settings changes, drop).
+-- Raises: PGQ03 (NULL name), PGQ01 (no such topic). Reads fanout.topic.
+CREATE OR REPLACE FUNCTION fanout._topic(p_topic text, p_lock boolean DEFAULT false)
+RETURNS fanout.topic
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_t fanout.topic;
+BEGIN
+    IF p_topic IS NULL THEN
+        RAISE EXCEPTION 'topic must not be NULL' USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_lock THEN
+        SELECT * INTO v_t FROM fanout.topic t WHERE t.topic = p_topic FOR UPDATE;
+    ELSE
+        SELECT * INTO v_t FROM fanout.topic t WHERE t.topic = p_topic;
+    END IF;
+    IF v_t.topic_id IS NULL THEN
+        RAISE EXCEPTION 'topic % does not exist', quote_literal(p_topic)
+            USING ERRCODE = 'PGQ01', HINT = 'create it with fanout.create_topic()';
+    END IF;
+    RETURN v_t;
+END
+$fn$;

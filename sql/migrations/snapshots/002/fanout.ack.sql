@@ -1,0 +1,33 @@
+-- fanout.ack(lease_id, message_ids): marks messages of a lease as processed
+-- (message_ids NULL = every message of the lease). Idempotent: acking again
+-- changes nothing and returns 0 for those. Works inside the consumer's own
+-- business transaction: if that rolls back, so does the ack. An ack after the
+-- lease expired still succeeds as long as nobody else took the messages.
+-- Returns how many messages this call settled.
+-- Raises: PGQ03, PGQ10 unknown lease, PGQ11 fenced (the lease expired and a
+-- message was re-delivered to another consumer), PGQ12 message not in lease.
+-- Tables: fanout.lease.
+CREATE OR REPLACE FUNCTION fanout.ack(lease_id bigint, message_ids bigint[] DEFAULT NULL)
+RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_l       fanout.lease;
+    v_targets bigint[];
+    v_n       int;
+BEGIN
+    v_l := fanout._lock_lease($1);
+    v_targets := fanout._lease_targets(v_l, $2);
+    v_n := cardinality(v_targets);
+    IF v_n > 0 THEN
+        UPDATE fanout.lease l
+        SET settled = l.settled || v_targets,
+            open_count = l.open_count - v_n,
+            closed_at = CASE WHEN l.open_count = v_n THEN clock_timestamp() END
+        WHERE l.lease_id = v_l.lease_id;
+    END IF;
+    RETURN v_n;
+END
+$fn$;

@@ -1,0 +1,7 @@
+-- fanout.channel_name(p_topic_id): the LISTEN channel of a topic,
+-- fanout_<topic_id> (an identifier no matter what the topic is called).
+-- fanout.topics shows it per topic. Touches no table.
+CREATE OR REPLACE FUNCTION fanout.channel_name(p_topic_id bigint)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $fn$ SELECT 'fanout_' || p_topic_id $fn$;

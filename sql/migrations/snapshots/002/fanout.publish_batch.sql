@@ -1,0 +1,57 @@
+-- fanout.publish_batch(topic, payloads, headers, message_groups): appends many
+-- messages in one statement (one NOTIFY). headers and message_groups, when
+-- given, must have one element per payload.
+-- Returns the message ids in input order.
+-- Raises: as fanout.publish, naming the offending element; PGQ03 when the
+-- arrays' lengths differ. Nothing is written when any element is bad.
+-- Tables: fanout.topic, fanout.consumer_group, fanout_data.m<topic_id>.
+CREATE OR REPLACE FUNCTION fanout.publish_batch(
+    topic          text,
+    payloads       jsonb[],
+    headers        jsonb[] DEFAULT NULL,
+    message_groups text[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_t fanout.topic;
+    v_n int;
+    r   record;
+BEGIN
+    v_t := fanout._topic($1);
+    IF $2 IS NULL THEN
+        RAISE EXCEPTION 'payloads must not be NULL' USING ERRCODE = 'PGQ03';
+    END IF;
+    v_n := coalesce(cardinality($2), 0);
+    IF $3 IS NOT NULL AND cardinality($3) <> v_n THEN
+        RAISE EXCEPTION 'headers has % elements but payloads has %', cardinality($3), v_n USING ERRCODE = 'PGQ03';
+    END IF;
+    IF $4 IS NOT NULL AND cardinality($4) <> v_n THEN
+        RAISE EXCEPTION 'message_groups has % elements but payloads has %', cardinality($4), v_n
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    -- Only the elements that can fail are checked one by one.
+    FOR r IN
+        SELECT u.p, u.h, u.g, u.ord
+        FROM unnest($2, $3, $4) WITH ORDINALITY AS u(p, h, g, ord)
+        WHERE u.ord = 1 OR u.p IS NULL OR pg_column_size(u.p) > v_t.max_payload_bytes
+           OR (u.h IS NOT NULL AND jsonb_typeof(u.h) <> 'object') OR u.g IS NOT NULL
+    LOOP
+        PERFORM fanout._check_message(v_t, r.p, r.h, r.g, r.ord::int);
+    END LOOP;
+    PERFORM pg_current_xact_id();
+    RETURN QUERY EXECUTE format(
+        'WITH ins AS (INSERT INTO fanout_data.%I (headers, message_group, payload)
+                      SELECT coalesce(u.h, ''{}''::jsonb), u.g, u.p
+                      FROM unnest($1::jsonb[], $2::jsonb[], $3::text[]) WITH ORDINALITY AS u(p, h, g, ord)
+                      ORDER BY u.ord
+                      RETURNING id)
+         SELECT id FROM ins ORDER BY id', v_t.data_table)
+        USING $2, $3, $4;
+END
+$fn$;

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# e2e_psql.sh — the README walkthrough in plain psql against a fresh database
+# migrated by the pgq-scheduler binary: proof that pgq needs no Go (or any
+# client library) to be used. Every check is a boolean the script asserts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${DATABASE_URL:?DATABASE_URL must point at a PostgreSQL server (make test sets it)}"
+db="pgq_e2e_$$"
+base=${DATABASE_URL%%\?*}
+base=${base%/*}
+query=""
+case "$DATABASE_URL" in *\?*) query="?${DATABASE_URL#*\?}" ;; esac
+url="$base/$db$query"
+
+psql -qX "$DATABASE_URL" -c "CREATE DATABASE $db" >/dev/null
+trap 'psql -qX "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null' EXIT
+bin/pgq-scheduler migrate --database-url "$url" >/dev/null
+
+fail=0
+check() { # check NAME SQL -> SQL must print t
+  local got
+  got=$(PGOPTIONS="-c client_min_messages=warning" psql -qXAt -v ON_ERROR_STOP=1 "$url" -c "$2" 2>&1) || true
+  if [ "$got" = "t" ]; then echo "ok   $1"; else echo "FAIL $1: $got"; fail=1; fi
+}
+
+# Queue topic: publish, read, ack.
+check "create queue topic" "SELECT fanout.create_topic('orders.tasks') > 0"
+check "publish" "SELECT fanout.publish('orders.tasks', '{\"order\":1}') > 0"
+check "read gives the message" \
+  "SELECT count(*) = 1 AND bool_and(payload = '{\"order\":1}' AND attempt = 1)
+     FROM fanout.read('orders.tasks', consumer => 'w1', max_messages => 10, lease => '30 s')"
+check "ack the lease" "SELECT fanout.ack((SELECT max(lease_id) FROM fanout.lease)) = 1"
+check "nothing left" "SELECT count(*) = 0 FROM fanout.read('orders.tasks', consumer => 'w1')"
+
+# Nack until dead letter, then replay.
+check "topic with max_attempts 2" "SELECT fanout.create_topic('orders.retry', max_attempts => 2) > 0"
+check "publish" "SELECT fanout.publish('orders.retry', '{\"order\":2}') > 0"
+check "nack attempt 1" \
+  "SELECT fanout.nack(lease_id, error => 'boom 1') = 1 FROM fanout.read('orders.retry', consumer => 'w1')"
+check "nack attempt 2 dead-letters" \
+  "SELECT fanout.nack(lease_id, error => 'boom 2') = 1 FROM fanout.read('orders.retry', consumer => 'w1')"
+check "dead letter visible" \
+  "SELECT count(*) = 1 AND bool_and(last_error = 'boom 2' AND attempts = 2) FROM fanout.dead_letters WHERE topic = 'orders.retry'"
+check "replay" \
+  "SELECT fanout.replay_dead_letters('orders.retry', NULL, ARRAY(SELECT message_id FROM fanout.dead_letters WHERE topic = 'orders.retry')) = 1"
+check "replayed message readable" "SELECT count(*) = 1 FROM fanout.read('orders.retry', consumer => 'w1')"
+
+# Errors carry documented SQLSTATEs.
+check "unknown topic is PGQ01" \
+  "DO \$\$ BEGIN PERFORM fanout.publish('nope', '{}'); EXCEPTION WHEN SQLSTATE 'PGQ01' THEN RAISE NOTICE 'ok'; END \$\$; SELECT true"
+check "maintenance round runs" "SELECT fanout.run_maintenance() >= 0"
+check "topics view" "SELECT count(*) = 2 FROM fanout.topics"
+
+if [ $fail = 0 ]; then echo "e2e_psql: all checks passed"; else echo "e2e_psql: FAILED"; exit 1; fi
