@@ -31,6 +31,8 @@
 {{ template "fanout.dead_letters.sql" . }}
 {{ template "fanout.drop_topic.sql" . }}
 {{ template "fanout.extend_lease.sql" . }}
+{{ template "fanout.leader_attempt.sql" . }}
+{{ template "fanout.leader_resign.sql" . }}
 {{ template "fanout.maint_operations.sql" . }}
 {{ template "fanout.nack.sql" . }}
 {{ template "fanout.publish.sql" . }}

@@ -158,3 +158,13 @@ CREATE TABLE fanout.event_log (
     detail      jsonb NOT NULL DEFAULT '{}'
 );
 CREATE INDEX event_log_at_idx ON fanout.event_log (at);
+
+-- Leadership among pgq-scheduler sidecars: one row per elected role, held by
+-- renewing it before expires_at (no session state, so it works through
+-- PgBouncer in transaction pooling mode).
+CREATE TABLE fanout.leader (
+    name        text PRIMARY KEY,
+    leader_id   text NOT NULL,
+    elected_at  timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL
+);

@@ -33,7 +33,9 @@ GRANT EXECUTE ON FUNCTION
     fanout.run_maintenance(timestamptz),
     fanout._manage_partitions(timestamptz),
     fanout._cleanup_partitions(timestamptz),
-    fanout._cleanup_bookkeeping(timestamptz)
+    fanout._cleanup_bookkeeping(timestamptz),
+    fanout.leader_attempt(text, interval, text),
+    fanout.leader_resign(text, text)
 TO fanout_admin;
 
 GRANT SELECT ON fanout.topics TO fanout_admin, fanout_producer, fanout_consumer;
