@@ -68,9 +68,11 @@ BEGIN
                          WHERE cg.topic_id = v_t.topic_id AND cg.status <> 'cancelled' LOOP
                     CONTINUE WHEN fanout._group_passed(g, v_p);
                     EXECUTE format('SELECT count(*) FROM fanout_data.%I m
-                                    WHERE NOT pg_visible_in_snapshot(m.txid, $1) AND (m.txid, m.id) > ($2, $3)',
+                                    WHERE NOT pg_visible_in_snapshot(m.txid, $1)
+                                      AND ((m.txid, m.id) > ($2, $3) OR NOT pg_visible_in_snapshot(m.txid, $4))
+                                      AND m.id >= $5',
                                    v_p.relname)
-                        INTO v_lost USING g.win_lo, g.cur_txid, g.cur_id;
+                        INTO v_lost USING g.win_lo, g.cur_txid, g.cur_id, g.win_hi, coalesce(g.effective_start_id, 0);
                     v_lost := v_lost
                         + (SELECT count(*) FROM fanout.retry r
                            WHERE r.group_id = g.group_id AND r.message_id >= v_p.lo_id AND r.message_id < v_p.hi_id)

@@ -9,6 +9,8 @@
 -- is used up, the next one is opened with a fresh snapshot (lo := hi,
 -- hi := now): no ticker, and a transaction that stays open only delays its own
 -- messages. Every page is an index scan that stops after p_limit rows.
+-- Messages below the group's effective_start_id (its start position) are
+-- skipped, as are closed partitions that cannot hold the scanned txids.
 --
 -- The caller holds the group row FOR UPDATE and writes the returned state
 -- back (o_changed). Reads fanout.consumer_group, fanout.partition and the
@@ -32,8 +34,10 @@ DECLARE
     v_got     int;
     v_min_id  bigint;
     v_new     pg_snapshot;
+    v_start   bigint;
 BEGIN
-    SELECT g.win_lo, g.win_hi, g.cur_txid, g.cur_id INTO o_lo, o_hi, o_cur_txid, o_cur_id
+    SELECT g.win_lo, g.win_hi, g.cur_txid, g.cur_id, coalesce(g.effective_start_id, 0)
+    INTO o_lo, o_hi, o_cur_txid, o_cur_id, v_start
     FROM fanout.consumer_group g WHERE g.group_id = p_group_id;
     o_ids := '{}';
     o_txids := '{}';
@@ -45,7 +49,7 @@ BEGIN
             v_lo_xip := ARRAY(SELECT x FROM pg_snapshot_xip(o_lo) AS x
                               WHERE x >= o_cur_txid AND pg_visible_in_snapshot(x, o_hi) ORDER BY x);
             IF cardinality(v_lo_xip) > 0 THEN
-                v_min_id := fanout._partition_floor(p_topic_id, v_lo_xip[1]);
+                v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_lo_xip[1]));
                 EXECUTE format(
                     'SELECT array_agg(s.id ORDER BY s.txid, s.id), array_agg(s.txid ORDER BY s.txid, s.id)
                      FROM (SELECT m.txid, m.id FROM fanout_data.%I m
@@ -71,7 +75,7 @@ BEGIN
         -- Phase 2: the txid range [xmax(lo), xmax(hi)), skipping what hi saw running.
         v_hi_xip := ARRAY(SELECT pg_snapshot_xip(o_hi));
         IF o_cur_txid < pg_snapshot_xmax(o_hi) THEN
-            v_min_id := fanout._partition_floor(p_topic_id, o_cur_txid);
+            v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, o_cur_txid));
             EXECUTE format(
                 'SELECT array_agg(s.id ORDER BY s.txid, s.id), array_agg(s.txid ORDER BY s.txid, s.id)
                  FROM (SELECT m.txid, m.id FROM fanout_data.%I m

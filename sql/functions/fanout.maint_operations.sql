@@ -4,13 +4,19 @@
 -- SELECT func(p_now => now()) -- or func(arg, p_now => ...) when arg is not
 -- NULL -- again while it returns > 0. Every listed function is idempotent,
 -- bounded and takes its own advisory lock.
--- Reads fanout.topic, fanout.partition, fanout.lease.
+-- Reads fanout.topic, fanout.partition, fanout.lease, fanout.member,
+-- fanout.event_log, fanout.consumer_group.
 CREATE OR REPLACE FUNCTION fanout.maint_operations(p_now timestamptz DEFAULT now())
 RETURNS TABLE(func text, arg text)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
-    SELECT 'fanout._manage_partitions', NULL::text
+    SELECT 'fanout._detect_dead_groups', NULL::text
+    WHERE EXISTS (SELECT 1 FROM fanout.consumer_group g
+                  WHERE g.status = 'active' AND g.group_name IS NOT NULL
+                    AND greatest(g.last_heartbeat, g.last_read_at) < p_now - g.heartbeat_timeout)
+    UNION ALL
+    SELECT 'fanout._manage_partitions', NULL
     WHERE EXISTS (SELECT 1 FROM fanout.partition p JOIN fanout.topic t ON t.topic_id = p.topic_id
                   WHERE p.closed_at IS NULL AND p.created_at <= p_now - t.partition_interval)
     UNION ALL
@@ -21,4 +27,7 @@ AS $fn$
     WHERE EXISTS (SELECT 1 FROM fanout.lease l WHERE l.open_count = 0 AND l.closed_at < p_now - interval '1 hour')
        OR EXISTS (SELECT 1 FROM fanout.member m WHERE m.last_seen < p_now - interval '7 days')
        OR EXISTS (SELECT 1 FROM fanout.event_log e WHERE e.at < p_now - interval '30 days')
+    UNION ALL
+    SELECT 'fanout._cleanup_groups', NULL
+    WHERE EXISTS (SELECT 1 FROM fanout.consumer_group g WHERE g.status IN ('cancelled', 'dead'))
 $fn$;

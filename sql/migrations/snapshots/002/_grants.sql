@@ -20,6 +20,8 @@ GRANT EXECUTE ON FUNCTION
     fanout.ack(bigint, bigint[]),
     fanout.nack(bigint, bigint[], interval, text),
     fanout.extend_lease(bigint, interval),
+    fanout.heartbeat(text, text, text),
+    fanout.subscribe(text, text, text, timestamptz, bigint, bigint, interval, int),
     fanout.channel_name(bigint)
 TO fanout_consumer;
 
@@ -35,8 +37,21 @@ GRANT EXECUTE ON FUNCTION
     fanout._cleanup_partitions(timestamptz),
     fanout._cleanup_bookkeeping(timestamptz),
     fanout.leader_attempt(text, interval, text),
-    fanout.leader_resign(text, text)
+    fanout.leader_resign(text, text),
+    fanout.seek(text, text, text, timestamptz, bigint),
+    fanout.pause(text, text),
+    fanout.resume(text, text),
+    fanout.unsubscribe(text, text),
+    fanout.message_status(text, bigint),
+    fanout.remove_group(text, text),
+    fanout.resurrect_group(text, text, boolean),
+    fanout.groups_near_timeout(),
+    fanout.stuck_messages(interval),
+    fanout.check_consistency(),
+    fanout._detect_dead_groups(timestamptz),
+    fanout._cleanup_groups(timestamptz)
 TO fanout_admin;
 
 GRANT SELECT ON fanout.topics TO fanout_admin, fanout_producer, fanout_consumer;
 GRANT SELECT ON fanout.dead_letters TO fanout_admin, fanout_consumer;
+GRANT SELECT ON fanout.groups TO fanout_admin, fanout_consumer;

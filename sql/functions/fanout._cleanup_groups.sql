@@ -1,0 +1,34 @@
+-- fanout._cleanup_groups(p_now): subscription cleanup. Deletes groups that
+-- were cancelled more than the topic's zombie_ttl ago, and groups dead for
+-- longer than max_retention (everything they could still read is gone), with
+-- their leases, retries, dead letters and members. A deleted group's name can
+-- be subscribed again.
+-- Bounded: at most 1,000 groups per call. Returns how many were deleted; call
+-- again while it returns > 0. Takes its own advisory lock.
+-- Tables: fanout.consumer_group (cascading), fanout.event_log.
+CREATE OR REPLACE FUNCTION fanout._cleanup_groups(p_now timestamptz DEFAULT now())
+RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_n int;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_groups', 0)) THEN
+        RETURN 0;
+    END IF;
+    WITH gone AS (
+        DELETE FROM fanout.consumer_group g
+        WHERE g.group_id IN (
+            SELECT cg.group_id FROM fanout.consumer_group cg JOIN fanout.topic t ON t.topic_id = cg.topic_id
+            WHERE (cg.status = 'cancelled' AND cg.status_changed_at < p_now - t.zombie_ttl)
+               OR (cg.status = 'dead' AND cg.status_changed_at < p_now - t.max_retention)
+            LIMIT 1000)
+        RETURNING g.topic_id, g.group_name, g.status)
+    INSERT INTO fanout.event_log (topic, group_name, kind, detail)
+    SELECT t.topic, gone.group_name, 'group_deleted', jsonb_build_object('status', gone.status)
+    FROM gone JOIN fanout.topic t ON t.topic_id = gone.topic_id;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$fn$;

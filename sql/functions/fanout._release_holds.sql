@@ -1,0 +1,32 @@
+-- fanout._release_holds(p_group_id): gives up everything a group holds: its
+-- open leases are closed (their unsettled messages count as taken away, so a
+-- stale holder's ack raises PGQ11) and its pending retries are deleted.
+-- Returns how many messages were released.
+-- Tables: fanout.lease, fanout.retry.
+CREATE OR REPLACE FUNCTION fanout._release_holds(p_group_id bigint)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_leases bigint;
+    v_retry  bigint;
+BEGIN
+    WITH open AS (
+        SELECT l.lease_id,
+               ARRAY(SELECT x FROM unnest(l.msg_ids) AS x
+                     WHERE x <> ALL (l.settled) AND x <> ALL (l.reclaimed)) AS ids
+        FROM fanout.lease l
+        WHERE l.group_id = p_group_id AND l.open_count > 0
+        FOR UPDATE),
+    upd AS (
+        UPDATE fanout.lease l
+        SET reclaimed = l.reclaimed || open.ids, open_count = 0, closed_at = clock_timestamp()
+        FROM open WHERE l.lease_id = open.lease_id
+        RETURNING cardinality(open.ids) AS n)
+    SELECT coalesce(sum(n), 0) INTO v_leases FROM upd;
+    DELETE FROM fanout.retry r WHERE r.group_id = p_group_id;
+    GET DIAGNOSTICS v_retry = ROW_COUNT;
+    RETURN v_leases + v_retry;
+END
+$fn$;

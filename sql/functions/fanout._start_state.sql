@@ -1,0 +1,73 @@
+-- fanout._start_state(p_t, p_position, p_start_at, p_start_message_id,
+-- p_max_backfill): where a new (or seeking) group starts reading, as the
+-- initial read state: a window (o_lo, o_hi) and the lowest message id it will
+-- receive (o_start_id).
+--   latest      the current snapshot: exactly what commits after it.
+--   earliest    all retained messages,
+--   timestamp   retained messages published at or after p_start_at,
+--   message_id  retained messages from p_start_message_id on;
+-- the last three at most the newest p_max_backfill of them (NULL = no cap).
+-- o_effective_start_id is the first retained message it will get (NULL for
+-- latest or when nothing qualifies).
+-- Raises PGQ03: unknown position, missing start_at / start_message_id,
+-- negative max_backfill, a start_message_id beyond the end of the topic.
+-- Reads the topic's message table and id sequence.
+CREATE OR REPLACE FUNCTION fanout._start_state(
+    p_t fanout.topic, p_position text, p_start_at timestamptz, p_start_message_id bigint, p_max_backfill bigint,
+    OUT o_lo pg_snapshot, OUT o_hi pg_snapshot, OUT o_start_id bigint, OUT o_effective_start_id bigint)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_pos     text := fanout._normalize_option('start_position', p_position);
+    v_next    bigint;
+    v_cut     bigint;
+    v_n       bigint;
+BEGIN
+    IF p_max_backfill < 0 THEN
+        RAISE EXCEPTION 'max_backfill must not be negative, got %', p_max_backfill USING ERRCODE = 'PGQ03';
+    END IF;
+    IF v_pos = 'latest' THEN
+        o_lo := pg_current_snapshot();
+        o_hi := o_lo;
+        o_start_id := 0;
+        RETURN;
+    END IF;
+    EXECUTE format('SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM fanout_data.%I',
+                   p_t.seq_name) INTO v_next;
+    o_lo := '1:1:';
+    o_hi := '1:1:';
+    IF v_pos = 'earliest' THEN
+        o_start_id := 0;
+    ELSIF v_pos = 'timestamp' THEN
+        IF p_start_at IS NULL THEN
+            RAISE EXCEPTION 'start_position timestamp needs start_at' USING ERRCODE = 'PGQ03';
+        END IF;
+        EXECUTE format('SELECT min(id) FROM fanout_data.%I WHERE published_at >= $1', p_t.data_table)
+            INTO o_start_id USING p_start_at;
+        o_start_id := coalesce(o_start_id, v_next);
+    ELSE
+        IF p_start_message_id IS NULL OR p_start_message_id < 0 THEN
+            RAISE EXCEPTION 'start_position message_id needs a non-negative start_message_id, got %',
+                coalesce(p_start_message_id::text, 'NULL') USING ERRCODE = 'PGQ03';
+        END IF;
+        IF p_start_message_id > v_next THEN
+            RAISE EXCEPTION 'start_message_id % is beyond the end of topic % (next id %)',
+                p_start_message_id, quote_literal(p_t.topic), v_next USING ERRCODE = 'PGQ03';
+        END IF;
+        o_start_id := p_start_message_id;
+    END IF;
+    IF p_max_backfill IS NOT NULL THEN
+        EXECUTE format('SELECT min(s.id), count(*) FROM (SELECT id FROM fanout_data.%I WHERE id >= $1
+                                                        ORDER BY id DESC LIMIT $2) s', p_t.data_table)
+            INTO v_cut, v_n USING o_start_id, p_max_backfill;
+        IF p_max_backfill = 0 THEN
+            o_start_id := v_next;
+        ELSIF v_n >= p_max_backfill THEN
+            o_start_id := greatest(o_start_id, v_cut);
+        END IF;
+    END IF;
+    EXECUTE format('SELECT min(id) FROM fanout_data.%I WHERE id >= $1', p_t.data_table)
+        INTO o_effective_start_id USING o_start_id;
+END
+$fn$;

@@ -1,0 +1,31 @@
+-- View fanout.groups: one row per consumer group (group_name NULL for the
+-- implicit group of a queue topic): status, members seen within the
+-- heartbeat timeout, last sign of life, lag in messages and in seconds (age
+-- of the oldest message not handed out yet), in-flight messages and the age
+-- of the oldest open lease, pending retries, dead letters, messages lost to
+-- retention, deliveries, and backfill progress (offset mode needs none).
+-- lag_messages counts with index scans: O(lag).
+-- Tables: fanout.consumer_group, fanout.topic, fanout.member, fanout.lease,
+-- fanout.retry, fanout.dead_letter, fanout_data.*.
+CREATE OR REPLACE VIEW fanout.groups AS
+SELECT t.topic, g.group_name, g.status,
+       (SELECT count(*) FROM fanout.member m
+        WHERE m.group_id = g.group_id AND m.last_seen > now() - g.heartbeat_timeout)::int AS members,
+       fanout._liveness(g) AS last_heartbeat,
+       u.messages AS lag_messages,
+       coalesce(extract(epoch FROM now() - u.oldest_published_at), 0)::float8 AS lag_seconds,
+       now() - l.oldest_open AS oldest_unacked_age,
+       coalesce(l.in_flight, 0) AS in_flight,
+       (SELECT count(*) FROM fanout.retry r WHERE r.group_id = g.group_id) AS retry_pending,
+       (SELECT count(*) FROM fanout.dead_letter d WHERE d.group_id = g.group_id) AS dead_letters,
+       g.lost_messages, g.delivered,
+       'not_needed'::text AS backfill_status,
+       NULL::bigint AS backfill_processed, NULL::bigint AS backfill_total,
+       NULL::float8 AS backfill_rate, NULL::interval AS backfill_eta,
+       g.missed_heartbeats, g.heartbeat_timeout, g.dead_after_misses, g.start_position,
+       g.created_at, g.status_changed_at, g.last_read_at, t.semantics, t.completion
+FROM fanout.consumer_group g
+JOIN fanout.topic t ON t.topic_id = g.topic_id
+CROSS JOIN LATERAL fanout._group_unread(g.group_id) u
+LEFT JOIN LATERAL (SELECT sum(ol.open_count)::bigint AS in_flight, min(ol.created_at) AS oldest_open
+                   FROM fanout.lease ol WHERE ol.group_id = g.group_id AND ol.open_count > 0) l ON true;

@@ -1,0 +1,30 @@
+-- fanout.resurrect_group(topic, group_name, backfill): brings a dead group
+-- back to active by hand. In offset mode the group kept its position and
+-- continues from there (backfill changes nothing: what was dropped meanwhile
+-- is counted in lost_messages). Returns the new status.
+-- Raises: PGQ01, PGQ13, PGQ14, PGQ15 (the group is not dead), PGQ19.
+-- Tables: fanout.consumer_group, fanout.event_log.
+CREATE OR REPLACE FUNCTION fanout.resurrect_group(topic text, group_name text, backfill boolean DEFAULT true)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_t fanout.topic;
+    v_g fanout.consumer_group;
+BEGIN
+    v_t := fanout._topic($1);
+    IF v_t.semantics <> 'pubsub' THEN
+        RAISE EXCEPTION 'topic % is a queue topic; it has no groups to resurrect', quote_literal($1)
+            USING ERRCODE = 'PGQ19';
+    END IF;
+    v_g := fanout._group_for_admin($1, $2);
+    IF v_g.status <> 'dead' THEN
+        RAISE EXCEPTION 'group % of topic % is %, not dead', quote_literal($2), quote_literal($1), v_g.status
+            USING ERRCODE = 'PGQ15', DETAIL = format('current status: %s', v_g.status);
+    END IF;
+    v_g := fanout._resurrect(v_g);
+    RETURN v_g.status;
+END
+$fn$;

@@ -1,0 +1,57 @@
+-- fanout._detect_dead_groups(p_now): dead-group detection with flapping
+-- protection. An active pubsub group misses one heartbeat per full
+-- heartbeat_timeout without a sign of life (fanout._liveness); it dies when
+-- it has missed dead_after_misses in a row. Any sign of life resets the count,
+-- so a group that misses, recovers and misses again never dies. A dead group
+-- stops pinning storage (offset mode: it leaves the watermark); a heartbeat
+-- or read resurrects it.
+-- Bounded: at most 1,000 groups per call. Returns how many groups changed
+-- (miss count or status); call again while it returns > 0. Takes its own
+-- advisory lock.
+-- Tables: fanout.consumer_group, fanout.member, fanout.event_log.
+CREATE OR REPLACE FUNCTION fanout._detect_dead_groups(p_now timestamptz DEFAULT now())
+RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    g       record;
+    v_done  int := 0;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:detect_dead_groups', 0)) THEN
+        RETURN 0;
+    END IF;
+    FOR g IN
+        SELECT s.*, t.topic
+        FROM (SELECT cg.group_id, cg.topic_id, cg.group_name, cg.missed_heartbeats, cg.dead_after_misses,
+                     greatest(0, floor(extract(epoch FROM p_now - fanout._liveness(cg))
+                                       / extract(epoch FROM cg.heartbeat_timeout)))::int AS misses
+              FROM fanout.consumer_group cg
+              WHERE cg.status = 'active' AND cg.group_name IS NOT NULL) s
+        JOIN fanout.topic t ON t.topic_id = s.topic_id
+        WHERE s.misses <> s.missed_heartbeats
+        ORDER BY s.group_id
+        LIMIT 1000
+    LOOP
+        -- A group locked by a reader is alive; skip it.
+        PERFORM 1 FROM fanout.consumer_group cg WHERE cg.group_id = g.group_id FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        IF g.misses >= g.dead_after_misses THEN
+            -- Re-check under the lock: a read may have just come in.
+            UPDATE fanout.consumer_group cg
+            SET status = 'dead', missed_heartbeats = g.misses, status_changed_at = clock_timestamp()
+            WHERE cg.group_id = g.group_id AND cg.status = 'active'
+              AND fanout._liveness(cg) <= p_now - cg.heartbeat_timeout * cg.dead_after_misses;
+            IF FOUND THEN
+                INSERT INTO fanout.event_log (topic, group_name, kind, detail)
+                VALUES (g.topic, g.group_name, 'group_dead', jsonb_build_object('missed_heartbeats', g.misses));
+            END IF;
+        ELSE
+            UPDATE fanout.consumer_group cg SET missed_heartbeats = g.misses
+            WHERE cg.group_id = g.group_id AND cg.status = 'active';
+        END IF;
+        v_done := v_done + 1;
+    END LOOP;
+    RETURN v_done;
+END
+$fn$;

@@ -1,0 +1,67 @@
+-- fanout.check_consistency(): rows describing inconsistencies between pgq's
+-- bookkeeping and its data; none on a healthy system. Checks: lease arrays
+-- and counters agree; no open lease or retry belongs to a cancelled group; a
+-- message is not both in a retry and an open lease of one group; queue topics
+-- have exactly one implicit group and pubsub topics none; every topic has an
+-- open partition and every catalogued partition exists (and vice versa);
+-- group windows are ordered (xmax(lo) <= xmax(hi)).
+-- Tables: every fanout table, pg_class.
+CREATE OR REPLACE FUNCTION fanout.check_consistency()
+RETURNS TABLE(topic text, group_name text, message_id bigint, status text, problem text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+    SELECT t.topic, g.group_name, NULL::bigint, 'error'::text,
+           format('lease %s: arrays of different lengths (%s ids, %s txids, %s attempts)',
+                  l.lease_id, cardinality(l.msg_ids), cardinality(l.msg_txids), cardinality(l.attempts))
+    FROM fanout.lease l JOIN fanout.consumer_group g USING (group_id) JOIN fanout.topic t USING (topic_id)
+    WHERE cardinality(l.msg_ids) <> cardinality(l.msg_txids) OR cardinality(l.msg_ids) <> cardinality(l.attempts)
+    UNION ALL
+    SELECT t.topic, g.group_name, NULL, 'error',
+           format('lease %s: open_count %s but %s messages are neither settled nor reclaimed',
+                  l.lease_id, l.open_count, o.n)
+    FROM fanout.lease l JOIN fanout.consumer_group g USING (group_id) JOIN fanout.topic t USING (topic_id)
+    CROSS JOIN LATERAL (SELECT count(*) AS n FROM unnest(l.msg_ids) AS x
+                        WHERE x <> ALL (l.settled) AND x <> ALL (l.reclaimed)) o
+    WHERE o.n <> l.open_count
+    UNION ALL
+    SELECT t.topic, g.group_name, NULL, 'error',
+           format('cancelled group holds %s open lease(s) and %s retries',
+                  (SELECT count(*) FROM fanout.lease l WHERE l.group_id = g.group_id AND l.open_count > 0),
+                  (SELECT count(*) FROM fanout.retry r WHERE r.group_id = g.group_id))
+    FROM fanout.consumer_group g JOIN fanout.topic t USING (topic_id)
+    WHERE g.status = 'cancelled'
+      AND (EXISTS (SELECT 1 FROM fanout.lease l WHERE l.group_id = g.group_id AND l.open_count > 0)
+           OR EXISTS (SELECT 1 FROM fanout.retry r WHERE r.group_id = g.group_id))
+    UNION ALL
+    SELECT t.topic, g.group_name, r.message_id, 'error', 'message is both pending retry and in an open lease'
+    FROM fanout.retry r JOIN fanout.consumer_group g USING (group_id) JOIN fanout.topic t USING (topic_id)
+    WHERE EXISTS (SELECT 1 FROM fanout.lease l
+                  WHERE l.group_id = r.group_id AND l.open_count > 0 AND r.message_id = ANY (l.msg_ids)
+                    AND r.message_id <> ALL (l.settled) AND r.message_id <> ALL (l.reclaimed))
+    UNION ALL
+    SELECT t.topic, NULL, NULL, 'error',
+           format('%s topic has %s implicit group(s)', t.semantics,
+                  (SELECT count(*) FROM fanout.consumer_group g WHERE g.topic_id = t.topic_id AND g.group_name IS NULL))
+    FROM fanout.topic t
+    WHERE (SELECT count(*) FROM fanout.consumer_group g WHERE g.topic_id = t.topic_id AND g.group_name IS NULL)
+          <> CASE t.semantics WHEN 'queue' THEN 1 ELSE 0 END
+    UNION ALL
+    SELECT t.topic, NULL, NULL, 'error', 'topic has no open partition'
+    FROM fanout.topic t
+    WHERE NOT EXISTS (SELECT 1 FROM fanout.partition p WHERE p.topic_id = t.topic_id AND p.closed_at IS NULL)
+    UNION ALL
+    SELECT t.topic, NULL, NULL, 'error', format('partition %s is catalogued but does not exist', p.relname)
+    FROM fanout.partition p JOIN fanout.topic t USING (topic_id)
+    WHERE to_regclass(format('fanout_data.%I', p.relname)) IS NULL
+    UNION ALL
+    SELECT NULL, NULL, NULL, 'error', format('table fanout_data.%s is not catalogued', c.relname)
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = 'fanout_data' AND c.relkind IN ('r', 'p')
+      AND NOT EXISTS (SELECT 1 FROM fanout.partition p WHERE p.relname = c.relname)
+      AND NOT EXISTS (SELECT 1 FROM fanout.topic t WHERE t.data_table = c.relname)
+    UNION ALL
+    SELECT t.topic, g.group_name, NULL, 'error', 'group window is out of order (xmax(lo) > xmax(hi))'
+    FROM fanout.consumer_group g JOIN fanout.topic t USING (topic_id)
+    WHERE pg_snapshot_xmax(g.win_lo) > pg_snapshot_xmax(g.win_hi)
+$fn$;

@@ -1,0 +1,80 @@
+-- fanout.subscribe(topic, group_name, start_position, start_at,
+-- start_message_id, max_backfill, heartbeat_timeout, dead_after_misses):
+-- subscribes a consumer group to a pubsub topic. The start position applies
+-- only when the group is new (like Kafka's auto.offset.reset): calling
+-- subscribe(..., 'earliest') on every restart never rewinds an existing group
+-- (use fanout.seek for that) and leaves its settings as they are. A dead group
+-- that subscribes again is resurrected. In offset mode no backfill is needed:
+-- the group's cursor simply starts earlier.
+-- Returns one row: status, effective_start_message_id (first retained message
+-- the group gets; NULL for latest), backfill_status ('not_needed').
+-- Raises: PGQ01, PGQ03 (bad option), PGQ04 (bad name), PGQ16 (the group was
+-- cancelled: choose another name), PGQ19 (not a pubsub topic).
+-- Tables: fanout.topic, fanout.consumer_group, fanout.event_log, fanout_data.*.
+CREATE OR REPLACE FUNCTION fanout.subscribe(
+    topic             text,
+    group_name        text,
+    start_position    text DEFAULT 'latest',
+    start_at          timestamptz DEFAULT NULL,
+    start_message_id  bigint DEFAULT NULL,
+    max_backfill      bigint DEFAULT 1000000,
+    heartbeat_timeout interval DEFAULT '5 minutes',
+    dead_after_misses int DEFAULT 3)
+RETURNS TABLE(status text, effective_start_message_id bigint, backfill_status text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_t   fanout.topic;
+    v_g   fanout.consumer_group;
+    v_s   record;
+    v_pos text;
+BEGIN
+    v_t := fanout._topic($1);
+    IF v_t.semantics <> 'pubsub' THEN
+        RAISE EXCEPTION 'topic % is a queue topic; only pubsub topics have subscriptions', quote_literal(v_t.topic)
+            USING ERRCODE = 'PGQ19', HINT = 'queue readers just call fanout.read()';
+    END IF;
+    PERFORM fanout._check_name('group_name', $2);
+    v_pos := fanout._normalize_option('start_position', $3);
+    IF $6 IS NULL OR $6 < 0 THEN
+        RAISE EXCEPTION 'max_backfill must be a non-negative number, got %', coalesce($6::text, 'NULL')
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    IF $7 IS NULL OR $7 < interval '1 second' THEN
+        RAISE EXCEPTION 'heartbeat_timeout must be at least 1 second, got %', coalesce($7::text, 'NULL')
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    IF $8 IS NULL OR $8 < 1 THEN
+        RAISE EXCEPTION 'dead_after_misses must be at least 1, got %', coalesce($8::text, 'NULL')
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended('fanout.group:' || v_t.topic_id || ':' || $2, 0));
+
+    SELECT * INTO v_g FROM fanout.consumer_group g
+    WHERE g.topic_id = v_t.topic_id AND g.group_name = $2 FOR UPDATE;
+    IF FOUND THEN
+        IF v_g.status = 'cancelled' THEN
+            RAISE EXCEPTION 'group % of topic % was cancelled and cannot be subscribed again',
+                quote_literal($2), quote_literal(v_t.topic)
+                USING ERRCODE = 'PGQ16', HINT = 'subscribe under a new group name';
+        END IF;
+        IF v_g.status = 'dead' THEN
+            v_g := fanout._resurrect(v_g);
+        END IF;
+        RETURN QUERY SELECT v_g.status, v_g.effective_start_id, 'not_needed'::text;
+        RETURN;
+    END IF;
+
+    v_s := fanout._start_state(v_t, v_pos, $4, $5, $6);
+    INSERT INTO fanout.consumer_group AS g (topic_id, group_name, win_lo, win_hi, start_position,
+        effective_start_id, max_backfill, heartbeat_timeout, dead_after_misses)
+    VALUES (v_t.topic_id, $2, v_s.o_lo, v_s.o_hi, v_pos, v_s.o_start_id, $6, $7, $8)
+    RETURNING * INTO v_g;
+    INSERT INTO fanout.event_log (topic, group_name, kind, detail)
+    VALUES (v_t.topic, $2, 'subscribed', jsonb_build_object('start_position', v_pos,
+            'effective_start_message_id', v_s.o_effective_start_id));
+    RETURN QUERY SELECT v_g.status, v_s.o_effective_start_id, 'not_needed'::text;
+END
+$fn$;
