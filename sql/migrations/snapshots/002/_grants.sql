@@ -45,7 +45,7 @@ GRANT EXECUTE ON FUNCTION
     fanout.message_status(text, bigint),
     fanout.remove_group(text, text),
     fanout.resurrect_group(text, text, boolean),
-    fanout.groups_near_timeout(),
+    fanout.groups_near_timeout(timestamptz),
     fanout.stuck_messages(interval),
     fanout.check_consistency(),
     fanout._detect_dead_groups(timestamptz),

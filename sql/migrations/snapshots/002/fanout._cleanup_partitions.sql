@@ -3,13 +3,15 @@
 --   * when every group that pins storage (fanout._group_pins) has passed it
 --     (fanout._group_passed) and it closed more than retention ago (or
 --     zero_subscription_retention ago when no group pins the topic);
---   * unconditionally once it closed more than max_retention ago; then every
---     group that had not consumed all of it gets the unread rows counted in
---     lost_messages, its leases and retries into the partition are dropped,
---     and the loss is written to fanout.event_log.
--- No row is ever updated or deleted in a message table. The DROP waits at
--- most 200 ms for its lock (a long transaction that touched the topic keeps
--- the partition for a later round).
+--   * unconditionally once it closed more than max_retention ago.
+-- Every non-cancelled group that had not consumed all of a dropped partition
+-- (a dead or zombie group, or anyone at max_retention) gets the unread rows
+-- counted in lost_messages (and the topic in dropped_unread), its leases and
+-- retries into the partition are dropped, and the loss goes to
+-- fanout.event_log. No row is ever updated or deleted in a message table.
+-- A candidate is checked, then locked (ACCESS EXCLUSIVE, waiting at most
+-- 200 ms: a transaction still writing into it keeps it for a later round),
+-- then checked again, so a message committed in between is never lost.
 -- Bounded: at most 10 partitions per call. Returns how many were dropped;
 -- call again while it returns > 0. Takes its own advisory lock.
 -- Tables: fanout.partition, fanout.consumer_group, fanout.lease,
@@ -24,8 +26,6 @@ DECLARE
     v_p        fanout.partition;
     g          fanout.consumer_group;
     v_done     int := 0;
-    v_pinning  int;
-    v_blocked  boolean;
     v_forced   boolean;
     v_lost     bigint;
     v_total    bigint;
@@ -41,39 +41,20 @@ BEGIN
             ORDER BY p.part_no
         LOOP
             EXIT WHEN v_done >= 10;
-            v_pinning := 0;
-            v_blocked := false;
-            FOR g IN SELECT * FROM fanout.consumer_group cg WHERE cg.topic_id = v_t.topic_id LOOP
-                IF fanout._group_pins(g, v_t, p_now) THEN
-                    v_pinning := v_pinning + 1;
-                    IF NOT fanout._group_passed(g, v_p) THEN
-                        v_blocked := true;
-                    END IF;
-                END IF;
-            END LOOP;
             v_forced := v_p.closed_at <= p_now - v_t.max_retention;
-            IF NOT v_forced AND (v_blocked OR v_p.closed_at > p_now -
-                   CASE WHEN v_pinning = 0 AND v_t.semantics = 'pubsub'
-                        THEN v_t.zero_subscription_retention ELSE v_t.retention END) THEN
-                EXIT;  -- later partitions are younger and no further consumed
-            END IF;
-
-            -- All of it or none: a busy partition (lock timeout) is left
-            -- for a later round with nothing counted.
+            -- Later partitions are younger and no further consumed.
+            EXIT WHEN NOT v_forced AND NOT fanout._partition_droppable(v_t, v_p, p_now);
             BEGIN
-                -- Count what non-cancelled groups lose: the unread rows of the
-                -- partition plus their leases and retries into it.
+                PERFORM set_config('lock_timeout', '200ms', true);
+                EXECUTE format('LOCK TABLE fanout_data.%I IN ACCESS EXCLUSIVE MODE', v_p.relname);
+                PERFORM set_config('lock_timeout', v_timeout, true);
+                EXIT WHEN NOT v_forced AND NOT fanout._partition_droppable(v_t, v_p, p_now);
+
                 v_total := 0;
                 FOR g IN SELECT * FROM fanout.consumer_group cg
                          WHERE cg.topic_id = v_t.topic_id AND cg.status <> 'cancelled' LOOP
                     CONTINUE WHEN fanout._group_passed(g, v_p);
-                    EXECUTE format('SELECT count(*) FROM fanout_data.%I m
-                                    WHERE NOT pg_visible_in_snapshot(m.txid, $1)
-                                      AND ((m.txid, m.id) > ($2, $3) OR NOT pg_visible_in_snapshot(m.txid, $4))
-                                      AND m.id >= $5',
-                                   v_p.relname)
-                        INTO v_lost USING g.win_lo, g.cur_txid, g.cur_id, g.win_hi, coalesce(g.effective_start_id, 0);
-                    v_lost := v_lost
+                    v_lost := (SELECT u.messages FROM fanout._group_unread(g.group_id, NULL, v_p.relname) u)
                         + (SELECT count(*) FROM fanout.retry r
                            WHERE r.group_id = g.group_id AND r.message_id >= v_p.lo_id AND r.message_id < v_p.hi_id)
                         + (SELECT count(*) FROM fanout.lease l, unnest(l.msg_ids) AS x
@@ -110,11 +91,12 @@ BEGIN
                 PERFORM set_config('lock_timeout', v_timeout, true);
                 DELETE FROM fanout.partition p WHERE p.topic_id = v_p.topic_id AND p.part_no = v_p.part_no;
                 IF v_total > 0 THEN
-                    UPDATE fanout.topic t SET dropped_unread = t.dropped_unread + v_total WHERE t.topic_id = v_t.topic_id;
+                    UPDATE fanout.topic t SET dropped_unread = t.dropped_unread + v_total
+                    WHERE t.topic_id = v_t.topic_id;
                 END IF;
                 v_done := v_done + 1;
             EXCEPTION WHEN lock_not_available THEN
-                PERFORM set_config('lock_timeout', v_timeout, true);
+                -- All of it or none: the subtransaction rolled back any counting.
                 RAISE NOTICE 'fanout: partition % is busy; dropping it later', v_p.relname;
                 EXIT;
             END;

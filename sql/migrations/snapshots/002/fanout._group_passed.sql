@@ -1,18 +1,26 @@
 -- fanout._group_passed(p_g, p_part): whether the group is done with every row
--- of a closed partition: the partition lies wholly before the group's start,
--- or its stream floor is at or above the partition's txid bound and no open
--- lease or pending retry of the group points into it.
--- Reads fanout.lease and fanout.retry.
+-- of a partition: it lies wholly before the group's start, or no open lease
+-- or pending retry of the group points into it and its stream has no unread
+-- message in it (fanout._group_unread, index look-ups only). Only exact for
+-- rows whose transactions have ended: callers that drop the partition lock
+-- it first and ask again.
+-- Reads fanout.lease, fanout.retry and the partition.
 CREATE OR REPLACE FUNCTION fanout._group_passed(p_g fanout.consumer_group, p_part fanout.partition)
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
-    SELECT p_part.hi_id <= coalesce(p_g.effective_start_id, 0)
-        OR (p_part.txid_bound IS NOT NULL
-            AND fanout._group_floor(p_g) >= p_part.txid_bound
-            AND NOT EXISTS (SELECT 1 FROM fanout.lease l
-                            WHERE l.group_id = p_g.group_id AND l.open_count > 0 AND l.min_id < p_part.hi_id)
-            AND NOT EXISTS (SELECT 1 FROM fanout.retry r
-                            WHERE r.group_id = p_g.group_id AND r.message_id < p_part.hi_id))
+BEGIN
+    IF p_part.hi_id <= coalesce(p_g.effective_start_id, 0) THEN
+        RETURN true;
+    END IF;
+    IF EXISTS (SELECT 1 FROM fanout.lease l
+               WHERE l.group_id = p_g.group_id AND l.open_count > 0 AND l.min_id < p_part.hi_id)
+       OR EXISTS (SELECT 1 FROM fanout.retry r
+                  WHERE r.group_id = p_g.group_id AND r.message_id >= p_part.lo_id
+                    AND r.message_id < p_part.hi_id) THEN
+        RETURN false;
+    END IF;
+    RETURN (SELECT u.messages = 0 FROM fanout._group_unread(p_g.group_id, 1, p_part.relname) u);
+END
 $fn$;

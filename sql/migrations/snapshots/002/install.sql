@@ -9,7 +9,6 @@
 {{ template "fanout._create_partition.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
 {{ template "fanout._detect_dead_groups.sql" . }}
-{{ template "fanout._group_floor.sql" . }}
 {{ template "fanout._group_for_admin.sql" . }}
 {{ template "fanout._group_has_backlog.sql" . }}
 {{ template "fanout._group_passed.sql" . }}
@@ -21,6 +20,7 @@
 {{ template "fanout._lock_lease.sql" . }}
 {{ template "fanout._manage_partitions.sql" . }}
 {{ template "fanout._normalize_option.sql" . }}
+{{ template "fanout._partition_droppable.sql" . }}
 {{ template "fanout._partition_floor.sql" . }}
 {{ template "fanout._release_holds.sql" . }}
 {{ template "fanout._resurrect.sql" . }}

@@ -1,0 +1,25 @@
+-- fanout._partition_droppable(p_t, p_part, p_now): whether a closed partition
+-- may go under the retention rules: it closed more than retention ago (or
+-- zero_subscription_retention ago when no group of a pubsub topic pins
+-- storage) and every pinning group has passed it.
+-- Reads fanout.consumer_group, fanout.lease, fanout.retry, the partition.
+CREATE OR REPLACE FUNCTION fanout._partition_droppable(p_t fanout.topic, p_part fanout.partition, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    g         fanout.consumer_group;
+    v_pinning int := 0;
+BEGIN
+    FOR g IN SELECT * FROM fanout.consumer_group cg WHERE cg.topic_id = p_t.topic_id LOOP
+        CONTINUE WHEN NOT fanout._group_pins(g, p_t, p_now);
+        v_pinning := v_pinning + 1;
+        IF NOT fanout._group_passed(g, p_part) THEN
+            RETURN false;
+        END IF;
+    END LOOP;
+    RETURN p_part.closed_at <= p_now - CASE WHEN v_pinning = 0 AND p_t.semantics = 'pubsub'
+                                            THEN p_t.zero_subscription_retention ELSE p_t.retention END;
+END
+$fn$;
