@@ -6,9 +6,12 @@
 -- Idempotent: called again with the same settings it returns the same id;
 -- with different settings it raises PGQ02 naming them.
 -- Returns the topic id.
--- Raises: PGQ03 bad option, PGQ04 bad name, PGQ02 settings differ,
--- 0A000 reference completion (not yet available).
--- Tables: fanout.topic, fanout.partition, fanout.consumer_group, fanout_data.*.
+-- Reference-mode topics (completion => 'reference', pubsub only) also get the
+-- per-message required_groups / completed_groups bitmaps, an index on id, the
+-- BEFORE INSERT trigger that stamps required_groups, and a fanout.topic_state row.
+-- Raises: PGQ03 bad option, PGQ04 bad name, PGQ02 settings differ.
+-- Tables: fanout.topic, fanout.partition, fanout.consumer_group,
+-- fanout.topic_state, fanout_data.*.
 CREATE OR REPLACE FUNCTION fanout.create_topic(
     topic                               text,
     semantics                           text DEFAULT 'queue',
@@ -50,10 +53,6 @@ BEGIN
     IF v_new.semantics = 'queue' AND v_new.completion <> 'offset' THEN
         RAISE EXCEPTION 'completion % applies to pubsub topics only; a queue topic message needs one ack',
             v_new.completion USING ERRCODE = 'PGQ03';
-    END IF;
-    IF v_new.completion = 'reference' THEN
-        RAISE EXCEPTION 'completion reference is not available in this version'
-            USING ERRCODE = '0A000', HINT = 'use completion => ''offset''';
     END IF;
 
     -- Serialise concurrent creators of the same name.
@@ -111,6 +110,17 @@ BEGIN
         v_new.data_table, 'fanout_data.' || quote_ident(v_new.seq_name));
     EXECUTE format('ALTER SEQUENCE fanout_data.%I OWNED BY fanout_data.%I.id', v_new.seq_name, v_new.data_table);
     EXECUTE format('CREATE INDEX %I ON fanout_data.%I (txid, id)', v_new.data_table || '_txid_id', v_new.data_table);
+    IF v_new.completion = 'reference' THEN
+        -- Per-message bitmaps, an id index for batched backfill and release,
+        -- and the trigger that stamps required_groups at insert.
+        EXECUTE format('ALTER TABLE fanout_data.%I ADD COLUMN required_groups bigint NOT NULL DEFAULT 0, '
+                       'ADD COLUMN completed_groups bigint NOT NULL DEFAULT 0', v_new.data_table);
+        EXECUTE format('CREATE INDEX %I ON fanout_data.%I (id)', v_new.data_table || '_id', v_new.data_table);
+        EXECUTE format('CREATE TRIGGER required_groups BEFORE INSERT ON fanout_data.%I '
+                       'FOR EACH ROW EXECUTE FUNCTION fanout._required_groups_trigger(%L)',
+                       v_new.data_table, v_new.topic_id);
+        INSERT INTO fanout.topic_state (topic_id) VALUES (v_new.topic_id);
+    END IF;
     PERFORM fanout._create_partition(v_new.topic_id, 0);
     IF v_new.notify THEN
         PERFORM fanout._set_notify(v_new.topic_id, true);

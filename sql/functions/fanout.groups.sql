@@ -3,10 +3,11 @@
 -- heartbeat timeout, last sign of life, lag in messages and in seconds (age
 -- of the oldest message not handed out yet), in-flight messages and the age
 -- of the oldest open lease, pending retries, dead letters, messages lost to
--- retention, deliveries, and backfill progress (offset mode needs none).
+-- retention, deliveries, and backfill progress (reference mode; offset mode
+-- needs none): status, messages processed of total, rate per second, ETA.
 -- lag_messages counts with index scans: O(lag).
 -- Tables: fanout.consumer_group, fanout.topic, fanout.member, fanout.lease,
--- fanout.retry, fanout.dead_letter, fanout_data.*.
+-- fanout.retry, fanout.dead_letter, fanout.bitmap_job, fanout_data.*.
 CREATE OR REPLACE VIEW fanout.groups AS
 SELECT t.topic, g.group_name, g.status,
        (SELECT count(*) FROM fanout.member m
@@ -19,13 +20,19 @@ SELECT t.topic, g.group_name, g.status,
        (SELECT count(*) FROM fanout.retry r WHERE r.group_id = g.group_id) AS retry_pending,
        (SELECT count(*) FROM fanout.dead_letter d WHERE d.group_id = g.group_id) AS dead_letters,
        g.lost_messages, g.delivered,
-       'not_needed'::text AS backfill_status,
-       NULL::bigint AS backfill_processed, NULL::bigint AS backfill_total,
-       NULL::float8 AS backfill_rate, NULL::interval AS backfill_eta,
+       coalesce(b.status, 'not_needed') AS backfill_status,
+       b.processed AS backfill_processed, b.total AS backfill_total,
+       b.rate AS backfill_rate,
+       CASE WHEN b.rate > 0 AND b.status = 'in_progress'
+            THEN make_interval(secs => greatest(b.total - b.processed, 0) / b.rate) END AS backfill_eta,
        g.missed_heartbeats, g.heartbeat_timeout, g.dead_after_misses, g.start_position,
        g.created_at, g.status_changed_at, g.last_read_at, t.semantics, t.completion
 FROM fanout.consumer_group g
 JOIN fanout.topic t ON t.topic_id = g.topic_id
 CROSS JOIN LATERAL fanout._group_unread(g.group_id) u
 LEFT JOIN LATERAL (SELECT sum(ol.open_count)::bigint AS in_flight, min(ol.created_at) AS oldest_open
-                   FROM fanout.lease ol WHERE ol.group_id = g.group_id AND ol.open_count > 0) l ON true;
+                   FROM fanout.lease ol WHERE ol.group_id = g.group_id AND ol.open_count > 0) l ON true
+LEFT JOIN LATERAL (SELECT j.status, j.processed, j.total,
+                          (j.processed / nullif(extract(epoch FROM coalesce(j.finished_at, j.updated_at)
+                                                        - j.started_at), 0))::float8 AS rate
+                   FROM fanout.bitmap_job j WHERE j.group_id = g.group_id AND j.kind = 'backfill') b ON true;

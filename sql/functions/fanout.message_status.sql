@@ -1,16 +1,20 @@
 -- fanout.message_status(p_topic, p_message_id): where one message stands with
--- every group of its topic (offset mode: whether each group's position has
--- passed it). One row per group (group_name NULL on queue topics) with
--- status: 'before_start' (the group started after it), 'pending' (not handed
--- out yet), 'in_flight' (under a lease), 'retry' (nacked, waiting),
--- 'dead_letter', or 'acked' (handed out and settled); passed is true when the
--- group is done with it.
+-- every group of its topic. One row per group (group_name NULL on queue
+-- topics) with status: 'before_start' (the group started after it),
+-- 'not_required' (reference mode: the message does not require the group),
+-- 'pending' (not handed out yet), 'in_flight' (under a lease), 'retry'
+-- (nacked, waiting), 'dead_letter', or 'acked' (handed out and settled);
+-- passed is true when the group is done with it (offset mode: its position
+-- has passed it). Reference mode adds required / completed (the group's bits)
+-- and message_status: 'completed' (every required group acked), 'pending',
+-- or 'unclaimed' (published while no group was subscribed); NULL otherwise.
 -- (Its inputs are p_-named because its output columns are topic and message_id.)
 -- Raises: PGQ01, PGQ03 (NULL id), PGQ18 (no such message retained).
 -- Tables: fanout.consumer_group, fanout.lease, fanout.retry,
--- fanout.dead_letter, fanout_data.m<topic_id> (scans one partition).
+-- fanout.dead_letter, fanout_data.m<topic_id> (one partition).
 CREATE OR REPLACE FUNCTION fanout.message_status(p_topic text, p_message_id bigint)
-RETURNS TABLE(topic text, message_id bigint, group_name text, status text, passed boolean)
+RETURNS TABLE(topic text, message_id bigint, group_name text, status text, passed boolean,
+              required boolean, completed boolean, message_status text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
@@ -18,30 +22,48 @@ AS $fn$
 DECLARE
     v_t    fanout.topic;
     v_txid xid8;
+    v_req  bigint;
+    v_done bigint;
+    v_msg  text;
 BEGIN
-    v_t := fanout._topic($1);
-    IF $2 IS NULL THEN
+    v_t := fanout._topic(p_topic);
+    IF p_message_id IS NULL THEN
         RAISE EXCEPTION 'message_id must not be NULL' USING ERRCODE = 'PGQ03';
     END IF;
-    EXECUTE format('SELECT m.txid FROM fanout_data.%I m WHERE m.id = $1', v_t.data_table) INTO v_txid USING $2;
+    IF v_t.completion = 'reference' THEN
+        EXECUTE format('SELECT m.txid, m.required_groups, m.completed_groups FROM fanout_data.%I m WHERE m.id = $1',
+                       v_t.data_table) INTO v_txid, v_req, v_done USING p_message_id;
+        v_msg := CASE WHEN v_req = 0 THEN 'unclaimed'
+                      WHEN (v_req & ~v_done) = 0 THEN 'completed' ELSE 'pending' END;
+    ELSE
+        EXECUTE format('SELECT m.txid FROM fanout_data.%I m WHERE m.id = $1', v_t.data_table)
+            INTO v_txid USING p_message_id;
+    END IF;
     IF v_txid IS NULL THEN
-        RAISE EXCEPTION 'message % of topic % does not exist or is no longer retained', $2, quote_literal(v_t.topic)
-            USING ERRCODE = 'PGQ18';
+        RAISE EXCEPTION 'message % of topic % does not exist or is no longer retained', p_message_id,
+            quote_literal(v_t.topic) USING ERRCODE = 'PGQ18';
     END IF;
     RETURN QUERY
-    SELECT v_t.topic, $2, s.group_name, s.st, s.st IN ('before_start', 'acked', 'dead_letter')
+    SELECT v_t.topic, p_message_id, s.group_name, s.st,
+           s.st IN ('before_start', 'not_required', 'acked', 'dead_letter'), s.req, s.done, v_msg
     FROM (SELECT g.group_id, g.group_name,
+                 (v_req & (1::bigint << g.bit_no)) <> 0 AS req,
+                 (v_done & (1::bigint << g.bit_no)) <> 0 AS done,
                  CASE
-                     WHEN $2 < coalesce(g.effective_start_id, 0) THEN 'before_start'
+                     WHEN p_message_id < coalesce(g.effective_start_id, 0) THEN 'before_start'
                      WHEN EXISTS (SELECT 1 FROM fanout.dead_letter d
-                                  WHERE d.group_id = g.group_id AND d.message_id = $2) THEN 'dead_letter'
+                                  WHERE d.group_id = g.group_id AND d.message_id = p_message_id) THEN 'dead_letter'
                      WHEN EXISTS (SELECT 1 FROM fanout.retry r
-                                  WHERE r.group_id = g.group_id AND r.message_id = $2) THEN 'retry'
+                                  WHERE r.group_id = g.group_id AND r.message_id = p_message_id) THEN 'retry'
                      WHEN EXISTS (SELECT 1 FROM fanout.lease l
-                                  WHERE l.group_id = g.group_id AND l.open_count > 0 AND $2 = ANY (l.msg_ids)
-                                    AND $2 <> ALL (l.settled) AND $2 <> ALL (l.reclaimed)) THEN 'in_flight'
+                                  WHERE l.group_id = g.group_id AND l.open_count > 0
+                                    AND p_message_id = ANY (l.msg_ids) AND p_message_id <> ALL (l.settled)
+                                    AND p_message_id <> ALL (l.reclaimed)) THEN 'in_flight'
+                     WHEN g.bit_no IS NOT NULL AND (v_done & (1::bigint << g.bit_no)) <> 0 THEN 'acked'
+                     WHEN g.bit_no IS NOT NULL AND (v_req & (1::bigint << g.bit_no)) = 0 THEN 'not_required'
                      WHEN NOT pg_visible_in_snapshot(v_txid, g.win_lo)
-                          AND ((v_txid, $2) > (g.cur_txid, g.cur_id) OR NOT pg_visible_in_snapshot(v_txid, g.win_hi))
+                          AND ((v_txid, p_message_id) > (g.cur_txid, g.cur_id)
+                               OR NOT pg_visible_in_snapshot(v_txid, g.win_hi))
                          THEN 'pending'
                      ELSE 'acked'
                  END AS st

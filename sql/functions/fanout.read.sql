@@ -68,6 +68,12 @@ BEGIN
     IF v_g.status <> 'active' THEN
         RETURN;  -- paused: keeps its position, receives nothing
     END IF;
+    IF v_g.bit_no IS NOT NULL
+       AND EXISTS (SELECT 1 FROM fanout.bitmap_job j
+                   WHERE j.group_id = v_g.group_id AND j.kind = 'backfill'
+                     AND j.status IN ('not_started', 'in_progress')) THEN
+        RETURN;  -- reference mode: a group reads once its backfill has set its bits
+    END IF;
     v_left := p_max;
 
     -- 1. Take over what expired leases left un-acked.

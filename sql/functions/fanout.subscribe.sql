@@ -5,11 +5,16 @@
 -- subscribe(..., 'earliest') on every restart never rewinds an existing group
 -- (use fanout.seek for that) and leaves its settings as they are. A dead group
 -- that subscribes again is resurrected. In offset mode no backfill is needed:
--- the group's cursor simply starts earlier.
+-- the group's cursor simply starts earlier. In reference mode the group gets
+-- a bit (at most 64 groups) and a late joiner a batched backfill
+-- (backfill_batch messages per step, scope pending_only or all_retained, see
+-- fanout._bitmap_step); it reads nothing until the backfill completes.
 -- Returns one row: status, effective_start_message_id (first retained message
--- the group gets; NULL for latest), backfill_status ('not_needed').
+-- the group gets; NULL for latest), backfill_status (not_needed, or the
+-- backfill's status).
 -- Raises: PGQ01, PGQ03 (bad option), PGQ04 (bad name), PGQ16 (the group was
--- cancelled: choose another name), PGQ19 (not a pubsub topic).
+-- cancelled: choose another name), PGQ17 (65th group in reference mode),
+-- PGQ19 (not a pubsub topic).
 -- Tables: fanout.topic, fanout.consumer_group, fanout.event_log, fanout_data.*.
 CREATE OR REPLACE FUNCTION fanout.subscribe(
     topic             text,
@@ -19,7 +24,9 @@ CREATE OR REPLACE FUNCTION fanout.subscribe(
     start_message_id  bigint DEFAULT NULL,
     max_backfill      bigint DEFAULT 1000000,
     heartbeat_timeout interval DEFAULT '5 minutes',
-    dead_after_misses int DEFAULT 3)
+    dead_after_misses int DEFAULT 3,
+    backfill_batch    int DEFAULT 10000,
+    backfill_scope    text DEFAULT 'pending_only')
 RETURNS TABLE(status text, effective_start_message_id bigint, backfill_status text)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -30,6 +37,8 @@ DECLARE
     v_g   fanout.consumer_group;
     v_s   record;
     v_pos text;
+    v_bit int;
+    v_bf  text := 'not_needed';
 BEGIN
     v_t := fanout._topic($1);
     IF v_t.semantics <> 'pubsub' THEN
@@ -50,6 +59,14 @@ BEGIN
         RAISE EXCEPTION 'dead_after_misses must be at least 1, got %', coalesce($8::text, 'NULL')
             USING ERRCODE = 'PGQ03';
     END IF;
+    IF $9 IS NULL OR $9 < 1 OR $9 > 1000000 THEN
+        RAISE EXCEPTION 'backfill_batch must be between 1 and 1000000, got %', coalesce($9::text, 'NULL')
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    IF $10 IS NULL OR lower($10) NOT IN ('pending_only', 'all_retained') THEN
+        RAISE EXCEPTION 'backfill_scope must be pending_only or all_retained, got %', coalesce(quote_literal($10), 'NULL')
+            USING ERRCODE = 'PGQ03';
+    END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('fanout.group:' || v_t.topic_id || ':' || $2, 0));
 
     SELECT * INTO v_g FROM fanout.consumer_group g
@@ -63,18 +80,28 @@ BEGIN
         IF v_g.status = 'dead' THEN
             v_g := fanout._resurrect(v_g);
         END IF;
-        RETURN QUERY SELECT v_g.status, v_g.effective_start_id, 'not_needed'::text;
+        SELECT j.status INTO v_bf FROM fanout.bitmap_job j WHERE j.group_id = v_g.group_id AND j.kind = 'backfill';
+        RETURN QUERY SELECT v_g.status, v_g.effective_start_id, coalesce(v_bf, 'not_needed');
         RETURN;
     END IF;
 
     v_s := fanout._start_state(v_t, v_pos, $4, $5, $6);
+    IF v_t.completion = 'reference' THEN
+        v_bit := fanout._assign_bit(v_t);
+    END IF;
     INSERT INTO fanout.consumer_group AS g (topic_id, group_name, win_lo, win_hi, start_position,
-        effective_start_id, max_backfill, heartbeat_timeout, dead_after_misses)
-    VALUES (v_t.topic_id, $2, v_s.o_lo, v_s.o_hi, v_pos, v_s.o_start_id, $6, $7, $8)
+        effective_start_id, max_backfill, heartbeat_timeout, dead_after_misses, bit_no, joined_id)
+    VALUES (v_t.topic_id, $2, v_s.o_lo, v_s.o_hi, v_pos, v_s.o_start_id, $6, $7, $8, v_bit,
+            CASE WHEN v_pos = 'latest' THEN fanout._next_id(v_t) ELSE v_s.o_start_id END)
     RETURNING * INTO v_g;
+    IF v_bit IS NOT NULL AND v_pos <> 'latest' THEN
+        -- Reference mode: the group's bit goes onto retained messages in batches.
+        PERFORM fanout._start_bitmap_job(v_g.group_id, 'backfill', v_s.o_start_id, $9, lower($10));
+        v_bf := 'not_started';
+    END IF;
     INSERT INTO fanout.event_log (topic, group_name, kind, detail)
     VALUES (v_t.topic, $2, 'subscribed', jsonb_build_object('start_position', v_pos,
             'effective_start_message_id', v_s.o_effective_start_id));
-    RETURN QUERY SELECT v_g.status, v_s.o_effective_start_id, 'not_needed'::text;
+    RETURN QUERY SELECT v_g.status, v_s.o_effective_start_id, v_bf;
 END
 $fn$;

@@ -72,7 +72,10 @@ CREATE TABLE fanout.consumer_group (
     lost_messages       bigint NOT NULL DEFAULT 0,
     created_at          timestamptz NOT NULL DEFAULT now(),
     status_changed_at   timestamptz NOT NULL DEFAULT now(),
-    UNIQUE NULLS NOT DISTINCT (topic_id, group_name)
+    bit_no              int CHECK (bit_no BETWEEN 0 AND 63),   -- reference mode only
+    joined_id           bigint NOT NULL DEFAULT 0,             -- first id assigned after it joined
+    UNIQUE NULLS NOT DISTINCT (topic_id, group_name),
+    UNIQUE (topic_id, bit_no)
 );
 
 -- Members seen per group (for fanout.groups; throttled writes).
@@ -167,4 +170,35 @@ CREATE TABLE fanout.leader (
     leader_id   text NOT NULL,
     elected_at  timestamptz NOT NULL,
     expires_at  timestamptz NOT NULL
+);
+
+-- Reference mode: the exact bitmap of the groups every new message requires
+-- (active and paused groups), kept by a trigger on fanout.consumer_group and
+-- read by the BEFORE INSERT trigger of each reference topic's message table.
+CREATE TABLE fanout.topic_state (
+    topic_id      bigint PRIMARY KEY REFERENCES fanout.topic ON DELETE CASCADE,
+    required_mask bigint NOT NULL DEFAULT 0,
+    refreshed_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- Reference mode: one backfill (late join or resurrection) or release (dead
+-- group) job per group, checkpointed after every batch.
+CREATE TABLE fanout.bitmap_job (
+    group_id     bigint NOT NULL REFERENCES fanout.consumer_group ON DELETE CASCADE,
+    kind         text NOT NULL CHECK (kind IN ('backfill', 'release')),
+    status       text NOT NULL CHECK (status IN ('not_started', 'in_progress', 'completed', 'cancelled', 'failed')),
+    scope        text NOT NULL DEFAULT 'pending_only',
+    from_id      bigint NOT NULL,
+    upto_id      bigint,                -- set by the first step: the last id then assigned
+    next_id      bigint NOT NULL,       -- checkpoint: the next batch starts here
+    fence        pg_snapshot,           -- taken by the first step; see fanout._bitmap_step
+    batch_size   int NOT NULL,
+    processed    bigint NOT NULL DEFAULT 0,
+    changed      bigint NOT NULL DEFAULT 0,
+    total        bigint,
+    started_at   timestamptz,
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    finished_at  timestamptz,
+    last_error   text,
+    PRIMARY KEY (group_id, kind)
 );

@@ -21,7 +21,7 @@ GRANT EXECUTE ON FUNCTION
     fanout.nack(bigint, bigint[], interval, text),
     fanout.extend_lease(bigint, interval),
     fanout.heartbeat(text, text, text),
-    fanout.subscribe(text, text, text, timestamptz, bigint, bigint, interval, int),
+    fanout.subscribe(text, text, text, timestamptz, bigint, bigint, interval, int, int, text),
     fanout.channel_name(bigint)
 TO fanout_consumer;
 
@@ -49,7 +49,12 @@ GRANT EXECUTE ON FUNCTION
     fanout.stuck_messages(interval),
     fanout.check_consistency(),
     fanout._detect_dead_groups(timestamptz),
-    fanout._cleanup_groups(timestamptz)
+    fanout._cleanup_groups(timestamptz),
+    fanout._bitmap_step(timestamptz, bigint),
+    fanout._refresh_topic_state(timestamptz),
+    fanout.cancel_backfill(text, text),
+    fanout.restart_backfill(text, text),
+    fanout.force_complete_orphaned(text, interval)
 TO fanout_admin;
 
 GRANT SELECT ON fanout.topics TO fanout_admin, fanout_producer, fanout_consumer;

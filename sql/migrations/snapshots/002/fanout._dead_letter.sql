@@ -1,6 +1,8 @@
 -- fanout._dead_letter(p_group_id, p_table, p_ids, p_txids, p_attempts, p_error):
 -- moves messages to a group's dead letters, with a copy of each message so
--- that dead letters outlive partition drops. Returns how many were written.
+-- that dead letters outlive partition drops; in reference mode a dead letter
+-- counts as done for the group (its completed bit is set). Returns how many
+-- were written.
 -- Tables: fanout.dead_letter, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout._dead_letter(
     p_group_id bigint, p_table text, p_ids bigint[], p_txids xid8[], p_attempts int[], p_error text)
@@ -22,6 +24,7 @@ BEGIN
         p_table)
         USING p_group_id, p_ids, p_txids, p_attempts, p_error;
     GET DIAGNOSTICS v_n = ROW_COUNT;
+    PERFORM fanout._complete_bits(p_group_id, p_ids, p_txids, false);
     RETURN v_n;
 END
 $fn$;

@@ -3,7 +3,8 @@
 -- three parts below stops at p_limit; NULL = count all) and when the oldest
 -- of them was published. p_relname restricts the count to one partition of
 -- the topic (NULL = the whole topic). Messages before the group's start do
--- not count. Unread are, disjointly:
+-- not count, nor in reference mode messages that do not require the group.
+-- Unread are, disjointly:
 --   (a) txid >= xmax(lo) and (txid, id) after the cursor (one range scan);
 --   (b) txid running at lo, after the cursor (point look-ups);
 --   (c) txid running at hi (so skipped by the window scan), not visible in
@@ -18,8 +19,12 @@ AS $fn$
 DECLARE
     v_g     fanout.consumer_group;
     v_table text;
+    v_filter text := '';
 BEGIN
     SELECT * INTO STRICT v_g FROM fanout.consumer_group g WHERE g.group_id = p_group_id;
+    IF v_g.bit_no IS NOT NULL THEN
+        v_filter := format(' AND (m.required_groups & %L::bigint) <> 0', 1::bigint << v_g.bit_no);
+    END IF;
     IF p_relname IS NULL THEN
         SELECT t.data_table INTO STRICT v_table FROM fanout.topic t WHERE t.topic_id = v_g.topic_id;
     ELSE
@@ -28,14 +33,14 @@ BEGIN
     EXECUTE format(
         'SELECT count(*), min(u.published_at) FROM (
              (SELECT m.published_at FROM fanout_data.%1$I m
-              WHERE m.txid >= $1 AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 LIMIT $5)
+              WHERE m.txid >= $1 AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 %2$s LIMIT $5)
              UNION ALL
              (SELECT m.published_at FROM fanout_data.%1$I m
-              WHERE m.txid = ANY ($6) AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 LIMIT $5)
+              WHERE m.txid = ANY ($6) AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 %2$s LIMIT $5)
              UNION ALL
              (SELECT m.published_at FROM fanout_data.%1$I m
               WHERE m.txid = ANY ($7) AND NOT pg_visible_in_snapshot(m.txid, $8)
-                AND (m.txid, m.id) <= ($2, $3) AND m.id >= $4 LIMIT $5)) u', v_table)
+                AND (m.txid, m.id) <= ($2, $3) AND m.id >= $4 %2$s LIMIT $5)) u', v_table, v_filter)
         INTO messages, oldest_published_at
         USING pg_snapshot_xmax(v_g.win_lo), v_g.cur_txid, v_g.cur_id, coalesce(v_g.effective_start_id, 0),
               p_limit, ARRAY(SELECT pg_snapshot_xip(v_g.win_lo)), ARRAY(SELECT pg_snapshot_xip(v_g.win_hi)),

@@ -1,7 +1,9 @@
 -- fanout._partition_droppable(p_t, p_part, p_now): whether a closed partition
--- may go under the retention rules: it closed more than retention ago (or
--- zero_subscription_retention ago when no group of a pubsub topic pins
--- storage) and every pinning group has passed it.
+-- may go under the retention rules. Offset mode: it closed more than
+-- retention ago (or zero_subscription_retention ago when no group of a pubsub
+-- topic pins storage) and every pinning group has passed it. Reference mode:
+-- every message in it is COMPLETED (or unclaimed and past
+-- zero_subscription_retention) and it closed more than retention ago.
 -- Reads fanout.consumer_group, fanout.lease, fanout.retry, the partition.
 CREATE OR REPLACE FUNCTION fanout._partition_droppable(p_t fanout.topic, p_part fanout.partition, p_now timestamptz)
 RETURNS boolean
@@ -9,9 +11,21 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE
-    g         fanout.consumer_group;
-    v_pinning int := 0;
+    g           fanout.consumer_group;
+    v_pinning   int := 0;
+    v_pending   boolean;
+    v_unclaimed boolean;
 BEGIN
+    IF p_t.completion = 'reference' THEN
+        -- Every message COMPLETED; unclaimed ones (no group required them)
+        -- stay for zero_subscription_retention.
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM fanout_data.%1$I m
+                                       WHERE (m.required_groups & ~m.completed_groups) <> 0),
+                               EXISTS (SELECT 1 FROM fanout_data.%1$I m WHERE m.required_groups = 0)',
+                       p_part.relname) INTO v_pending, v_unclaimed;
+        RETURN NOT v_pending AND p_part.closed_at <= p_now - p_t.retention
+           AND (NOT v_unclaimed OR p_part.closed_at <= p_now - p_t.zero_subscription_retention);
+    END IF;
     FOR g IN SELECT * FROM fanout.consumer_group cg WHERE cg.topic_id = p_t.topic_id LOOP
         CONTINUE WHEN NOT fanout._group_pins(g, p_t, p_now);
         v_pinning := v_pinning + 1;

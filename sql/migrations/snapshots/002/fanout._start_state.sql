@@ -21,8 +21,6 @@ AS $fn$
 DECLARE
     v_pos     text := fanout._normalize_option('start_position', p_position);
     v_next    bigint;
-    v_cut     bigint;
-    v_n       bigint;
 BEGIN
     IF p_max_backfill < 0 THEN
         RAISE EXCEPTION 'max_backfill must not be negative, got %', p_max_backfill USING ERRCODE = 'PGQ03';
@@ -33,8 +31,7 @@ BEGIN
         o_start_id := 0;
         RETURN;
     END IF;
-    EXECUTE format('SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM fanout_data.%I',
-                   p_t.seq_name) INTO v_next;
+    v_next := fanout._next_id(p_t);
     o_lo := '1:1:';
     o_hi := '1:1:';
     IF v_pos = 'earliest' THEN
@@ -57,16 +54,7 @@ BEGIN
         END IF;
         o_start_id := p_start_message_id;
     END IF;
-    IF p_max_backfill IS NOT NULL THEN
-        EXECUTE format('SELECT min(s.id), count(*) FROM (SELECT id FROM fanout_data.%I WHERE id >= $1
-                                                        ORDER BY id DESC LIMIT $2) s', p_t.data_table)
-            INTO v_cut, v_n USING o_start_id, p_max_backfill;
-        IF p_max_backfill = 0 THEN
-            o_start_id := v_next;
-        ELSIF v_n >= p_max_backfill THEN
-            o_start_id := greatest(o_start_id, v_cut);
-        END IF;
-    END IF;
+    o_start_id := fanout._backfill_from(p_t, o_start_id, p_max_backfill);
     EXECUTE format('SELECT min(id) FROM fanout_data.%I WHERE id >= $1', p_t.data_table)
         INTO o_effective_start_id USING o_start_id;
 END

@@ -10,7 +10,8 @@
 -- hi := now): no ticker, and a transaction that stays open only delays its own
 -- messages. Every page is an index scan that stops after p_limit rows.
 -- Messages below the group's effective_start_id (its start position) are
--- skipped, as are closed partitions that cannot hold the scanned txids.
+-- skipped, as are closed partitions that cannot hold the scanned txids, and
+-- in reference mode messages that do not require the group.
 --
 -- The caller holds the group row FOR UPDATE and writes the returned state
 -- back (o_changed). Reads fanout.consumer_group, fanout.partition and the
@@ -35,10 +36,16 @@ DECLARE
     v_min_id  bigint;
     v_new     pg_snapshot;
     v_start   bigint;
+    v_bit     int;
+    v_filter  text := '';
 BEGIN
-    SELECT g.win_lo, g.win_hi, g.cur_txid, g.cur_id, coalesce(g.effective_start_id, 0)
-    INTO o_lo, o_hi, o_cur_txid, o_cur_id, v_start
+    SELECT g.win_lo, g.win_hi, g.cur_txid, g.cur_id, coalesce(g.effective_start_id, 0), g.bit_no
+    INTO o_lo, o_hi, o_cur_txid, o_cur_id, v_start, v_bit
     FROM fanout.consumer_group g WHERE g.group_id = p_group_id;
+    IF v_bit IS NOT NULL THEN
+        -- Reference mode: only messages that require this group.
+        v_filter := format(' AND (m.required_groups & %L::bigint) <> 0', 1::bigint << v_bit);
+    END IF;
     o_ids := '{}';
     o_txids := '{}';
     o_changed := false;
@@ -53,8 +60,8 @@ BEGIN
                 EXECUTE format(
                     'SELECT array_agg(s.id ORDER BY s.txid, s.id), array_agg(s.txid ORDER BY s.txid, s.id)
                      FROM (SELECT m.txid, m.id FROM fanout_data.%I m
-                           WHERE m.txid = ANY($1) AND (m.txid, m.id) > ($2, $3) AND m.id >= $4
-                           ORDER BY m.txid, m.id LIMIT $5) s', p_table)
+                           WHERE m.txid = ANY($1) AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 %s
+                           ORDER BY m.txid, m.id LIMIT $5) s', p_table, v_filter)
                     INTO v_ids, v_txids USING v_lo_xip, o_cur_txid, o_cur_id, v_min_id, v_left;
                 v_got := coalesce(cardinality(v_ids), 0);
                 IF v_got > 0 THEN
@@ -80,8 +87,8 @@ BEGIN
                 'SELECT array_agg(s.id ORDER BY s.txid, s.id), array_agg(s.txid ORDER BY s.txid, s.id)
                  FROM (SELECT m.txid, m.id FROM fanout_data.%I m
                        WHERE m.txid >= $1 AND m.txid < $2 AND (m.txid, m.id) > ($1, $3)
-                         AND m.txid <> ALL ($4) AND m.id >= $5
-                       ORDER BY m.txid, m.id LIMIT $6) s', p_table)
+                         AND m.txid <> ALL ($4) AND m.id >= $5 %s
+                       ORDER BY m.txid, m.id LIMIT $6) s', p_table, v_filter)
                 INTO v_ids, v_txids USING o_cur_txid, pg_snapshot_xmax(o_hi), o_cur_id, v_hi_xip, v_min_id, v_left;
             v_got := coalesce(cardinality(v_ids), 0);
             IF v_got > 0 THEN

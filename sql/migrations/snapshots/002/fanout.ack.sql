@@ -4,9 +4,11 @@
 -- business transaction: if that rolls back, so does the ack. An ack after the
 -- lease expired still succeeds as long as nobody else took the messages.
 -- Returns how many messages this call settled.
+-- In reference mode it also sets the group's bit in completed_groups.
 -- Raises: PGQ03, PGQ10 unknown lease, PGQ11 fenced (the lease expired and a
--- message was re-delivered to another consumer), PGQ12 message not in lease.
--- Tables: fanout.lease.
+-- message was re-delivered to another consumer), PGQ12 message not in lease,
+-- PGQ15 (reference mode: the group is paused).
+-- Tables: fanout.lease; reference mode: fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout.ack(lease_id bigint, message_ids bigint[] DEFAULT NULL)
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
@@ -22,6 +24,7 @@ BEGIN
     v_targets := fanout._lease_targets(v_l, $2);
     v_n := cardinality(v_targets);
     IF v_n > 0 THEN
+        PERFORM fanout._complete_bits(v_l.group_id, v_l.msg_ids, v_l.msg_txids, true, v_targets);
         UPDATE fanout.lease l
         SET settled = l.settled || v_targets,
             open_count = l.open_count - v_n,

@@ -4,13 +4,22 @@
 -- message is not both in a retry and an open lease of one group; queue topics
 -- have exactly one implicit group and pubsub topics none; every topic has an
 -- open partition and every catalogued partition exists (and vice versa);
--- group windows are ordered (xmax(lo) <= xmax(hi)).
--- Tables: every fanout table, pg_class.
+-- group windows are ordered (xmax(lo) <= xmax(hi)); reference mode: the
+-- topic's required_mask matches its groups, and no pending message still
+-- requires a group that is gone (dead or cancelled with its release done,
+-- or deleted).
+-- Tables: every fanout table, pg_class, fanout_data.* (reference mode).
 CREATE OR REPLACE FUNCTION fanout.check_consistency()
 RETURNS TABLE(topic text, group_name text, message_id bigint, status text, problem text)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_t    fanout.topic;
+    v_gone bigint;
+BEGIN
+    RETURN QUERY
     SELECT t.topic, g.group_name, NULL::bigint, 'error'::text,
            format('lease %s: arrays of different lengths (%s ids, %s txids, %s attempts)',
                   l.lease_id, cardinality(l.msg_ids), cardinality(l.msg_txids), cardinality(l.attempts))
@@ -63,5 +72,32 @@ AS $fn$
     UNION ALL
     SELECT t.topic, g.group_name, NULL, 'error', 'group window is out of order (xmax(lo) > xmax(hi))'
     FROM fanout.consumer_group g JOIN fanout.topic t USING (topic_id)
-    WHERE pg_snapshot_xmax(g.win_lo) > pg_snapshot_xmax(g.win_hi)
+    WHERE pg_snapshot_xmax(g.win_lo) > pg_snapshot_xmax(g.win_hi);
+
+    RETURN QUERY
+    SELECT t.topic, NULL::text, NULL::bigint, 'error'::text,
+           format('required_mask %s differs from its groups'' %s', s.required_mask, fanout._required_mask(t.topic_id))
+    FROM fanout.topic_state s JOIN fanout.topic t USING (topic_id)
+    WHERE s.required_mask <> fanout._required_mask(t.topic_id);
+
+    FOR v_t IN SELECT * FROM fanout.topic t WHERE t.completion = 'reference' LOOP
+        -- Bits of groups that no longer consume and whose release is done.
+        SELECT coalesce(bit_or(~0::bigint), 0) & ~fanout._required_mask(v_t.topic_id)
+               & ~coalesce((SELECT bit_or(1::bigint << g.bit_no) FROM fanout.consumer_group g
+                            WHERE g.topic_id = v_t.topic_id AND g.bit_no IS NOT NULL
+                              AND (g.status IN ('active', 'paused')
+                                   OR EXISTS (SELECT 1 FROM fanout.bitmap_job j
+                                              WHERE j.group_id = g.group_id AND j.kind = 'release'
+                                                AND j.status <> 'completed'))), 0)
+        INTO v_gone;
+        RETURN QUERY EXECUTE format(
+            'SELECT $1, NULL::text, m.id, ''error''::text,
+                    format(''pending message requires released or unknown group bits %%s'',
+                           m.required_groups & ~m.completed_groups & $2)
+             FROM fanout_data.%I m
+             WHERE (m.required_groups & ~m.completed_groups & $2) <> 0
+             LIMIT 100', v_t.data_table)
+            USING v_t.topic, v_gone;
+    END LOOP;
+END
 $fn$;

@@ -5,7 +5,7 @@
 -- NULL -- again while it returns > 0. Every listed function is idempotent,
 -- bounded and takes its own advisory lock.
 -- Reads fanout.topic, fanout.partition, fanout.lease, fanout.member,
--- fanout.event_log, fanout.consumer_group.
+-- fanout.event_log, fanout.consumer_group, fanout.bitmap_job, fanout.topic_state.
 CREATE OR REPLACE FUNCTION fanout.maint_operations(p_now timestamptz DEFAULT now())
 RETURNS TABLE(func text, arg text)
 LANGUAGE sql STABLE SECURITY DEFINER
@@ -27,6 +27,12 @@ AS $fn$
     WHERE EXISTS (SELECT 1 FROM fanout.lease l WHERE l.open_count = 0 AND l.closed_at < p_now - interval '1 hour')
        OR EXISTS (SELECT 1 FROM fanout.member m WHERE m.last_seen < p_now - interval '7 days')
        OR EXISTS (SELECT 1 FROM fanout.event_log e WHERE e.at < p_now - interval '30 days')
+    UNION ALL
+    SELECT 'fanout._bitmap_step', NULL
+    WHERE EXISTS (SELECT 1 FROM fanout.bitmap_job j WHERE j.status IN ('not_started', 'in_progress'))
+    UNION ALL
+    SELECT 'fanout._refresh_topic_state', NULL
+    WHERE EXISTS (SELECT 1 FROM fanout.topic_state)
     UNION ALL
     SELECT 'fanout._cleanup_groups', NULL
     WHERE EXISTS (SELECT 1 FROM fanout.consumer_group g WHERE g.status IN ('cancelled', 'dead'))

@@ -2,7 +2,10 @@
 -- moves an existing group's cursor (latest, earliest, timestamp or
 -- message_id; no max_backfill cap: seeking is explicit). Clears the group's
 -- leases (their holders' acks then raise PGQ11) and pending retries. On
--- queue topics group_name is ignored and the topic's one group moves.
+-- queue topics group_name is ignored and the topic's one group moves. In
+-- reference mode, seeking back starts a backfill that requires the group
+-- again on every message from there that is not COMPLETED (COMPLETED ones
+-- are immutable and are not re-delivered).
 -- Returns the first retained message id the group will get (NULL for latest
 -- or when there is none).
 -- Raises: PGQ01, PGQ03 (bad position or arguments, beyond the end), PGQ13,
@@ -36,6 +39,11 @@ BEGIN
     SET win_lo = v_s.o_lo, win_hi = v_s.o_hi, cur_txid = '0', cur_id = 0,
         effective_start_id = v_s.o_start_id, start_position = fanout._normalize_option('start_position', $3)
     WHERE g.group_id = v_g.group_id;
+    IF v_g.bit_no IS NOT NULL AND fanout._normalize_option('start_position', $3) <> 'latest' THEN
+        -- Reference mode: re-deliver from there means requiring the group again
+        -- on the messages from there that are not COMPLETED.
+        PERFORM fanout._start_bitmap_job(v_g.group_id, 'backfill', v_s.o_start_id, 10000, 'all_retained');
+    END IF;
     INSERT INTO fanout.event_log (topic, group_name, kind, detail)
     VALUES (v_t.topic, v_g.group_name, 'seek', jsonb_build_object('start_position', $3,
             'effective_start_message_id', v_s.o_effective_start_id));

@@ -1,11 +1,15 @@
 -- install.sql — the functions code package: every file of sql/functions, in order.
 -- Frozen into sql/migrations by `make snapshot-sql` (tern code snapshot).
+{{ template "fanout._assign_bit.sql" . }}
+{{ template "fanout._backfill_from.sql" . }}
+{{ template "fanout._bitmap_step.sql" . }}
 {{ template "fanout._check_message.sql" . }}
 {{ template "fanout._check_name.sql" . }}
 {{ template "fanout._check_topic_settings.sql" . }}
 {{ template "fanout._cleanup_bookkeeping.sql" . }}
 {{ template "fanout._cleanup_groups.sql" . }}
 {{ template "fanout._cleanup_partitions.sql" . }}
+{{ template "fanout._complete_bits.sql" . }}
 {{ template "fanout._create_partition.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
 {{ template "fanout._detect_dead_groups.sql" . }}
@@ -19,12 +23,16 @@
 {{ template "fanout._lock_group.sql" . }}
 {{ template "fanout._lock_lease.sql" . }}
 {{ template "fanout._manage_partitions.sql" . }}
+{{ template "fanout._next_id.sql" . }}
 {{ template "fanout._normalize_option.sql" . }}
 {{ template "fanout._partition_droppable.sql" . }}
 {{ template "fanout._partition_floor.sql" . }}
+{{ template "fanout._refresh_topic_state.sql" . }}
 {{ template "fanout._release_holds.sql" . }}
+{{ template "fanout._required_mask.sql" . }}
 {{ template "fanout._resurrect.sql" . }}
 {{ template "fanout._set_notify.sql" . }}
+{{ template "fanout._start_bitmap_job.sql" . }}
 {{ template "fanout._start_state.sql" . }}
 {{ template "fanout._topic.sql" . }}
 {{ template "fanout._topic_stats.sql" . }}
@@ -33,12 +41,14 @@
 {{ template "fanout._window_page.sql" . }}
 {{ template "fanout.ack.sql" . }}
 {{ template "fanout.alter_topic.sql" . }}
+{{ template "fanout.cancel_backfill.sql" . }}
 {{ template "fanout.channel_name.sql" . }}
 {{ template "fanout.check_consistency.sql" . }}
 {{ template "fanout.create_topic.sql" . }}
 {{ template "fanout.dead_letters.sql" . }}
 {{ template "fanout.drop_topic.sql" . }}
 {{ template "fanout.extend_lease.sql" . }}
+{{ template "fanout.force_complete_orphaned.sql" . }}
 {{ template "fanout.groups.sql" . }}
 {{ template "fanout.groups_near_timeout.sql" . }}
 {{ template "fanout.heartbeat.sql" . }}
@@ -54,6 +64,7 @@
 {{ template "fanout.read.sql" . }}
 {{ template "fanout.remove_group.sql" . }}
 {{ template "fanout.replay_dead_letters.sql" . }}
+{{ template "fanout.restart_backfill.sql" . }}
 {{ template "fanout.resume.sql" . }}
 {{ template "fanout.resurrect_group.sql" . }}
 {{ template "fanout.run_maintenance.sql" . }}

@@ -1,0 +1,120 @@
+-- fanout._bitmap_step(p_now, p_group_id): one batch of one reference-mode
+-- bitmap job (fanout.bitmap_job), the job with the oldest progress first (or
+-- p_group_id's):
+--   backfill  sets the group's bit in required_groups of messages from
+--             from_id on that are not COMPLETED and that it has not completed
+--             (late join with earliest/timestamp/message_id, or resurrection);
+--             scope pending_only takes only messages another group still has
+--             to ack, all_retained also the unclaimed ones (published while
+--             no group was subscribed);
+--   release   clears a dead or cancelled group's bit from required_groups of
+--             messages it has not completed, so they complete for the others.
+-- COMPLETED messages (required_groups <> 0 and completed_groups covering it)
+-- are never touched. The first step takes a snapshot (the fence) after the
+-- group's change committed and notes the last id assigned (upto_id); batches
+-- of batch_size ids then walk [from_id, upto_id] on the id index, each
+-- checkpointed in next_id. Messages that transactions still running at the
+-- fence inserted with the old bitmap are fixed by a last step over the
+-- fence's running txids, once none of them holds a lock on the topic. Setting or clearing a bit
+-- twice changes nothing, so steps are idempotent and a crash just repeats a
+-- batch. Returns messages examined (0 when there is nothing to do or the
+-- job waits for the fence); call again while it returns > 0. Concurrent
+-- callers never work on the same job (its row is locked, SKIP LOCKED).
+-- Tables: fanout.bitmap_job, fanout.consumer_group, fanout.topic,
+-- fanout.event_log, fanout_data.m<topic_id>.
+CREATE OR REPLACE FUNCTION fanout._bitmap_step(p_now timestamptz DEFAULT now(), p_group_id bigint DEFAULT NULL)
+RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_j     fanout.bitmap_job;
+    v_g     fanout.consumer_group;
+    v_t     fanout.topic;
+    v_bit   bigint;
+    v_ids   bigint[];
+    v_n     int;
+    v_set   text;
+    v_where text;
+BEGIN
+    SELECT j.* INTO v_j FROM fanout.bitmap_job j
+    WHERE j.status IN ('not_started', 'in_progress') AND (p_group_id IS NULL OR j.group_id = p_group_id)
+    ORDER BY j.updated_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    SELECT * INTO STRICT v_g FROM fanout.consumer_group g WHERE g.group_id = v_j.group_id;
+    SELECT * INTO STRICT v_t FROM fanout.topic t WHERE t.topic_id = v_g.topic_id;
+    v_bit := 1::bigint << v_g.bit_no;
+    IF v_j.kind = 'backfill' THEN
+        v_set := 'required_groups = m.required_groups | $1';
+        -- pending_only: messages some group still has to ack; all_retained:
+        -- also those published while no group was subscribed (unclaimed).
+        v_where := '(m.required_groups & $1) = 0 AND (m.completed_groups & $1) = 0 AND '
+                   || CASE WHEN v_j.scope = 'pending_only'
+                           THEN '(m.required_groups & ~m.completed_groups) <> 0'
+                           ELSE '(m.required_groups = 0 OR (m.required_groups & ~m.completed_groups) <> 0)' END;
+    ELSE
+        v_set := 'required_groups = m.required_groups & ~$1';
+        v_where := '(m.required_groups & $1) <> 0 AND (m.completed_groups & $1) = 0';
+    END IF;
+
+    IF v_j.status = 'not_started' THEN
+        v_j.fence := pg_current_snapshot();
+        EXECUTE format('SELECT max(id) FROM fanout_data.%I', v_t.data_table) INTO v_j.upto_id;
+        v_j.upto_id := coalesce(v_j.upto_id, 0);
+        EXECUTE format('SELECT count(*) FROM fanout_data.%I WHERE id >= $1 AND id <= $2', v_t.data_table)
+            INTO v_j.total USING v_j.from_id, v_j.upto_id;
+        UPDATE fanout.bitmap_job j
+        SET status = 'in_progress', fence = v_j.fence, upto_id = v_j.upto_id, total = v_j.total,
+            started_at = clock_timestamp(), updated_at = clock_timestamp()
+        WHERE j.group_id = v_j.group_id AND j.kind = v_j.kind;
+    END IF;
+
+    IF v_j.next_id <= v_j.upto_id THEN
+        EXECUTE format('SELECT array_agg(s.id) FROM (SELECT id FROM fanout_data.%I
+                        WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3) s', v_t.data_table)
+            INTO v_ids USING v_j.next_id, v_j.upto_id, v_j.batch_size;
+        v_ids := coalesce(v_ids, '{}');
+        EXECUTE format('UPDATE fanout_data.%I m SET %s WHERE m.id = ANY ($2) AND %s', v_t.data_table, v_set, v_where)
+            USING v_bit, v_ids;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        UPDATE fanout.bitmap_job j
+        SET next_id = CASE WHEN cardinality(v_ids) < v_j.batch_size THEN v_j.upto_id + 1
+                           ELSE v_ids[cardinality(v_ids)] + 1 END,
+            processed = j.processed + cardinality(v_ids), changed = j.changed + v_n,
+            updated_at = clock_timestamp()
+        WHERE j.group_id = v_j.group_id AND j.kind = v_j.kind;
+        RETURN greatest(cardinality(v_ids), 1);
+    END IF;
+
+    -- The walk is done. Finish once no transaction that was running at the
+    -- fence still holds a lock on the topic's table: those are the only ones
+    -- that can still commit rows stamped with the old bitmap (unrelated long
+    -- transactions elsewhere in the cluster do not hold the job back).
+    IF EXISTS (
+        SELECT 1
+        FROM pg_locks rl
+        JOIN pg_locks xl ON xl.virtualtransaction = rl.virtualtransaction AND xl.locktype = 'transactionid'
+        WHERE rl.locktype = 'relation'
+          AND rl.relation = format('fanout_data.%I', v_t.data_table)::regclass
+          AND xl.transactionid::text::bigint IN (SELECT x::text::bigint % 4294967296
+                                                 FROM pg_snapshot_xip(v_j.fence) AS x)) THEN
+        RETURN 0;
+    END IF;
+    EXECUTE format('UPDATE fanout_data.%I m SET %s WHERE m.txid = ANY ($2) AND m.id >= $3 AND %s',
+                   v_t.data_table, v_set, v_where)
+        USING v_bit, ARRAY(SELECT pg_snapshot_xip(v_j.fence)), v_j.from_id;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    UPDATE fanout.bitmap_job j
+    SET status = 'completed', changed = j.changed + v_n, finished_at = clock_timestamp(),
+        updated_at = clock_timestamp()
+    WHERE j.group_id = v_j.group_id AND j.kind = v_j.kind;
+    INSERT INTO fanout.event_log (topic, group_name, kind, count, detail)
+    VALUES (v_t.topic, v_g.group_name, v_j.kind || '_completed', v_j.changed + v_n,
+            jsonb_build_object('processed', v_j.processed, 'from_id', v_j.from_id, 'upto_id', v_j.upto_id));
+    RETURN 1;
+END
+$fn$;

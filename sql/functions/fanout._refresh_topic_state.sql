@@ -1,0 +1,29 @@
+-- fanout._refresh_topic_state(p_now): the "cache refresh": recomputes every
+-- reference-mode topic's required_mask from its groups and repairs it if it
+-- drifted (it never should: triggers keep it exact), logging each repair to
+-- fanout.event_log. Returns how many topics were repaired; call again while
+-- it returns > 0. Takes its own advisory lock.
+-- Tables: fanout.topic_state, fanout.consumer_group, fanout.event_log.
+CREATE OR REPLACE FUNCTION fanout._refresh_topic_state(p_now timestamptz DEFAULT now())
+RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_n int;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:refresh_topic_state', 0)) THEN
+        RETURN 0;
+    END IF;
+    WITH fixed AS (
+        UPDATE fanout.topic_state s
+        SET required_mask = fanout._required_mask(s.topic_id), refreshed_at = clock_timestamp()
+        WHERE s.required_mask <> fanout._required_mask(s.topic_id)
+        RETURNING s.topic_id, s.required_mask)
+    INSERT INTO fanout.event_log (topic, kind, detail)
+    SELECT t.topic, 'topic_state_repaired', jsonb_build_object('required_mask', fixed.required_mask)
+    FROM fixed JOIN fanout.topic t ON t.topic_id = fixed.topic_id;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$fn$;

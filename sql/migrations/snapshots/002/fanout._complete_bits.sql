@@ -1,0 +1,43 @@
+-- fanout._complete_bits(p_group_id, p_ids, p_txids, p_acking, p_only): reference
+-- mode: sets the group's bit in completed_groups of the messages given as
+-- parallel arrays of ids and txids (restricted to p_only when not NULL) (acked or
+-- dead-lettered: both count as done for the group). A message completes when
+-- completed_groups covers required_groups; COMPLETED and unclaimed messages
+-- are never modified. No-op for offset-mode groups. With p_acking, a paused
+-- group's ack is refused (its members must not settle work while paused).
+-- Returns how many messages changed.
+-- Raises PGQ15 (ack by a paused reference-mode group).
+-- Tables: fanout.consumer_group, fanout.topic, fanout_data.m<topic_id>.
+CREATE OR REPLACE FUNCTION fanout._complete_bits(
+    p_group_id bigint, p_ids bigint[], p_txids xid8[], p_acking boolean, p_only bigint[] DEFAULT NULL)
+RETURNS int
+LANGUAGE plpgsql
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_bit    int;
+    v_status text;
+    v_group  text;
+    v_table  text;
+    v_n      int;
+BEGIN
+    SELECT g.bit_no, g.status, g.group_name, t.data_table INTO v_bit, v_status, v_group, v_table
+    FROM fanout.consumer_group g JOIN fanout.topic t ON t.topic_id = g.topic_id
+    WHERE g.group_id = p_group_id;
+    IF v_bit IS NULL THEN
+        RETURN 0;
+    END IF;
+    IF p_acking AND v_status = 'paused' THEN
+        RAISE EXCEPTION 'group % is paused; its acks are refused until it resumes', quote_literal(v_group)
+            USING ERRCODE = 'PGQ15', DETAIL = 'current status: paused';
+    END IF;
+    EXECUTE format(
+        'UPDATE fanout_data.%I m SET completed_groups = m.completed_groups | $1
+         FROM unnest($2::bigint[], $3::xid8[]) AS u(id, tx)
+         WHERE m.txid = u.tx AND m.id = u.id AND ($4::bigint[] IS NULL OR u.id = ANY ($4))
+           AND (m.completed_groups & $1) = 0 AND (m.required_groups & ~m.completed_groups) <> 0', v_table)
+        USING 1::bigint << v_bit, p_ids, p_txids, p_only;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$fn$;
