@@ -23,9 +23,10 @@ BEGIN
     END IF;
     SELECT b INTO v_bit FROM generate_series(0, 63) AS b WHERE (v_used & (1::bigint << b)) = 0 ORDER BY b LIMIT 1;
     IF v_bit IS NULL THEN
-        RAISE EXCEPTION 'topic % already has 64 groups, the limit of completion ''reference''', quote_literal(p_t.topic)
+        RAISE EXCEPTION 'topic % already has 64 groups, the limit of completion ''reference''; use completion ''offset'' for unlimited groups',
+            quote_literal(p_t.topic)
             USING ERRCODE = 'PGQ17',
-                  HINT = 'use a topic with completion => ''offset'' (unlimited groups), or unsubscribe groups and wait for their bits to be released';
+                  HINT = 'or unsubscribe groups: a bit is reused once subscription cleanup removed its group and no retained message mentions it';
     END IF;
     RETURN v_bit;
 END
