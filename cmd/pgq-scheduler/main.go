@@ -1,10 +1,14 @@
-// Command pgq-scheduler is pgq's sidecar: it migrates the fanout schema and
-// runs its maintenance on cron.
+// Command pgq-scheduler is pgq's sidecar: it migrates the fanout schema,
+// runs its maintenance on cron (one elected leader among any number of
+// copies), serves Prometheus /metrics and /healthz, and prints status.
 //
 //	pgq-scheduler migrate --database-url URL
 //	pgq-scheduler run     --database-url URL --listen :9187
 //	pgq-scheduler status  --database-url URL
 //	pgq-scheduler version
+//
+// Run `pgq-scheduler help` for every flag; each also reads from an
+// environment variable and from the --config file.
 package main
 
 import (
@@ -12,83 +16,347 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"regexp"
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgq/pgq"
 	"github.com/pgq/pgq/orchestrator"
 )
 
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
 var version = "dev"
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "pgq-scheduler:", err)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() { <-ctx.Done(); stop() }() // a second signal kills at once
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgq-scheduler: "+strings.Join(strings.Fields(err.Error()), " "))
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
 
-func usage() error {
-	return errors.New("usage: pgq-scheduler migrate|run|status|version [--database-url URL] [--listen ADDR]")
-}
+// usageError marks bad command lines (exit status 2).
+type usageError struct{ error }
 
-func run(args []string) error {
+func (e usageError) Unwrap() error { return e.error }
+
+// run is the whole program; main only adds signals and the exit status.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usage()
+		return usageError{errors.New("missing command: migrate, run, status or version (see: pgq-scheduler help)")}
 	}
 	cmd := args[0]
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL connection string (env DATABASE_URL)")
-	listen := fs.String("listen", ":9187", "address of /healthz and /metrics")
-	if err := fs.Parse(args[1:]); err != nil {
+	switch cmd {
+	case "help", "-h", "-help", "--help":
+		printHelp(stdout)
+		return nil
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, versionString())
+		return nil
+	case "migrate", "run", "status":
+	default:
+		return usageError{fmt.Errorf("unknown command %q: want migrate, run, status or version (see: pgq-scheduler help)", cmd)}
+	}
+	o, err := parseOptions(cmd, args[1:], getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		printHelp(stdout)
+		return nil
+	}
+	if err != nil {
+		return usageError{err}
+	}
+	if o.databaseURL == "" {
+		return usageError{fmt.Errorf("%s: no database: set --database-url or DATABASE_URL", cmd)}
+	}
+	if _, err := pgx.ParseConfig(o.databaseURL); err != nil {
+		return usageError{fmt.Errorf("%s: invalid database URL: %w", cmd, err)}
+	}
+	logger, err := newLogger(o.logLevel, stderr)
+	if err != nil {
+		return usageError{fmt.Errorf("%s: %w", cmd, err)}
+	}
+	switch cmd {
+	case "migrate":
+		return runMigrate(ctx, o, stdout)
+	case "status":
+		return runStatus(ctx, o, stdout)
+	default:
+		return runScheduler(ctx, o, logger)
+	}
+}
+
+func newLogger(level string, w io.Writer) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("invalid --log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// connect opens one connection, waiting at most --connect-timeout.
+func connect(ctx context.Context, cmd string, o *options) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(o.databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("%s: invalid database URL: %w", cmd, err)
+	}
+	if cfg.ConnectTimeout == 0 || cfg.ConnectTimeout > o.connectTimeout {
+		cfg.ConnectTimeout = o.connectTimeout
+	}
+	setAppName(cfg.RuntimeParams)
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: database unreachable: %w", cmd, err)
+	}
+	return conn, nil
+}
+
+func setAppName(p map[string]string) {
+	if p["application_name"] == "" {
+		p["application_name"] = "pgq-scheduler"
+	}
+}
+
+func runMigrate(ctx context.Context, o *options, stdout io.Writer) error {
+	conn, err := connect(ctx, "migrate", o)
+	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	switch cmd {
-	case "version":
-		fmt.Println("pgq-scheduler", version)
-		return nil
-	case "migrate":
-		if *dbURL == "" {
-			return errors.New("migrate: --database-url or DATABASE_URL is required")
-		}
-		v, err := orchestrator.MigrateURL(ctx, *dbURL)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("pgq-scheduler: schema at version %d\n", v)
-		return nil
-	case "run":
-		if *dbURL == "" {
-			return errors.New("run: --database-url or DATABASE_URL is required")
-		}
-		pool, err := pgxpool.New(ctx, *dbURL)
-		if err != nil {
+	defer conn.Close(context.WithoutCancel(ctx))
+	v, err := orchestrator.Migrate(ctx, conn)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "pgq-scheduler: schema at version %d\n", v)
+	return nil
+}
+
+func runStatus(ctx context.Context, o *options, stdout io.Writer) error {
+	conn, err := connect(ctx, "status", o)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	st, err := orchestrator.ReadStats(ctx, connDB{conn}, orchestrator.DefaultLeaderName)
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	return orchestrator.WriteStatus(stdout, st)
+}
+
+func runScheduler(ctx context.Context, o *options, logger *slog.Logger) error {
+	timeouts, err := o.timeouts.durations()
+	if err != nil {
+		return usageError{fmt.Errorf("run: %w", err)}
+	}
+	switch {
+	case o.leaderTTL < time.Second || o.leaderTTL > time.Hour:
+		return usageError{fmt.Errorf("run: --leader-ttl %s: want between 1s and 1h", o.leaderTTL)}
+	case o.maxConns < 2:
+		return usageError{fmt.Errorf("run: --max-conns %d: want at least 2", o.maxConns)}
+	case o.batchLimit < 1:
+		return usageError{fmt.Errorf("run: --batch-limit %d: want at least 1", o.batchLimit)}
+	case o.backfillMaxRate <= 0:
+		return usageError{fmt.Errorf("run: --backfill-max-rate %g: want > 0", o.backfillMaxRate)}
+	case o.jitter < 0 || o.jobTimeout <= 0 || o.shutdownTimeout <= 0 || o.backfillTargetLatency <= 0:
+		return usageError{errors.New("run: --jitter must be >= 0; --job-timeout, --shutdown-timeout and --backfill-target-latency > 0")}
+	}
+	jitter := o.jitter
+	if jitter == 0 {
+		jitter = -1 // SchedulerConfig: negative disables
+	}
+
+	scfg := orchestrator.SchedulerConfig{
+		Logger:           logger,
+		LeaderID:         o.leaderID,
+		LeaderName:       o.leaderName,
+		LeaderTTL:        o.leaderTTL,
+		ShutdownTimeout:  o.shutdownTimeout,
+		DiscoverSchedule: o.discoverSchedule,
+		DefaultSchedule:  o.defaultSchedule,
+		Schedules:        o.schedules,
+		JobTimeout:       o.jobTimeout,
+		Timeouts:         timeouts,
+		BatchLimit:       o.batchLimit,
+		Jitter:           jitter,
+		BackfillMatch:    o.backfillMatch,
+		Backfill: orchestrator.BackfillConfig{
+			TargetLatency: o.backfillTargetLatency,
+			MaxRate:       o.backfillMaxRate,
+		},
+	}
+	if err := scfg.Validate(); err != nil {
+		return usageError{fmt.Errorf("run: %w", err)}
+	}
+
+	pcfg, err := pgxpool.ParseConfig(o.databaseURL)
+	if err != nil {
+		return usageError{fmt.Errorf("run: invalid database URL: %w", err)}
+	}
+	pcfg.MaxConns = int32(o.maxConns)
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	pcfg.HealthCheckPeriod = 10 * time.Second
+	setAppName(pcfg.ConnConfig.RuntimeParams)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	defer pool.Close()
+	pctx, cancel := context.WithTimeout(ctx, o.connectTimeout)
+	err = pingWithRetry(pctx, pool)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("run: database unreachable: %w", err)
+	}
+	if o.migrate {
+		if v, err := orchestrator.MigrateURL(ctx, o.databaseURL); err != nil {
 			return fmt.Errorf("run: %w", err)
+		} else {
+			logger.Info("schema migrated", "version", v)
 		}
-		defer pool.Close()
-		mux := http.NewServeMux()
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-			c, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-			defer cancel()
-			if err := pool.Ping(c); err != nil {
-				http.Error(w, "database unreachable: "+err.Error(), http.StatusServiceUnavailable)
+	}
+	var installed bool
+	if err := pool.QueryRow(ctx, `SELECT to_regproc('fanout.maint_operations') IS NOT NULL`).Scan(&installed); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	if !installed {
+		return fmt.Errorf("run: %w, or pass --migrate", orchestrator.ErrNotInstalled)
+	}
+
+	s, err := orchestrator.NewScheduler(pool, scfg)
+	if err != nil {
+		return usageError{fmt.Errorf("run: %w", err)}
+	}
+
+	var srv *http.Server
+	srvErr := make(chan error, 1)
+	if o.listen != "" {
+		ln, err := net.Listen("tcp", o.listen)
+		if err != nil {
+			return fmt.Errorf("run: listen: %w", err)
+		}
+		srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { srvErr <- srv.Serve(ln) }()
+		logger.Info("serving /metrics and /healthz", "addr", ln.Addr().String(),
+			"metrics", "http://"+ln.Addr().String()+"/metrics")
+	}
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	runErr := make(chan error, 1)
+	go func() { runErr <- s.Run(runCtx) }()
+	select {
+	case err = <-runErr:
+	case err = <-srvErr:
+		err = fmt.Errorf("run: http server: %w", err)
+		stopRun()
+		<-runErr
+	}
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	return err
+}
+
+// pingWithRetry pings until it works or ctx ends (a database that is still
+// starting up is waited for).
+func pingWithRetry(ctx context.Context, pool *pgxpool.Pool) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := pool.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// connDB adapts a single *pgx.Conn to orchestrator.DB.
+type connDB struct{ *pgx.Conn }
+
+func (c connDB) Ping(ctx context.Context) error { return c.Conn.Ping(ctx) }
+
+var migrationFile = regexp.MustCompile(`^\d+_.*\.sql$`)
+
+func versionString() string {
+	v := version
+	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	n := 0
+	entries, _ := fs.ReadDir(pgq.Migrations(), ".")
+	for _, e := range entries {
+		if !e.IsDir() && migrationFile.MatchString(e.Name()) {
+			n++
+		}
+	}
+	return fmt.Sprintf("pgq-scheduler %s (%s, schema version %d)", v, runtime.Version(), n)
+}
+
+func printHelp(w io.Writer) {
+	fmt.Fprint(w, `pgq-scheduler: pgq's sidecar (migrations, maintenance on cron, metrics, status)
+
+Usage:
+  pgq-scheduler migrate [flags]   apply the embedded migrations
+  pgq-scheduler run     [flags]   run maintenance (one leader among all copies), serve /metrics and /healthz
+  pgq-scheduler status  [flags]   print topics, groups, lag, dead groups and backfills
+  pgq-scheduler version           print the version
+
+Every flag can also be set by an environment variable (DATABASE_URL, or PGQ_
+and the flag name in upper case with '-' as '_', e.g. PGQ_LEADER_TTL=30s) or
+in the --config file (key = value lines, keys named like the flags; repeat
+schedule.FUNC = SPEC and timeout.FUNC = DURATION per function). Flags win over
+the environment, which wins over the file.
+
+`)
+	for _, cmd := range []string{"migrate", "run"} {
+		title := "Flags of migrate, status and run:"
+		if cmd == "run" {
+			title = "Flags of run only:"
+		}
+		fmt.Fprintln(w, title)
+		common := map[string]bool{}
+		newFlagSet("migrate", &options{}).VisitAll(func(f *flag.Flag) { common[f.Name] = true })
+		newFlagSet(cmd, &options{}).VisitAll(func(f *flag.Flag) {
+			if cmd == "run" && common[f.Name] {
 				return
 			}
-			fmt.Fprintln(w, "ok")
+			def := ""
+			if f.DefValue != "" {
+				def = " (default " + f.DefValue + ")"
+			}
+			fmt.Fprintf(w, "  --%-26s %s%s [%s]\n", f.Name, f.Usage, def, envName(f.Name))
 		})
-		srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { <-ctx.Done(); _ = srv.Shutdown(context.Background()) }()
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("run: %w", err)
-		}
-		return nil
-	default:
-		return usage()
+		fmt.Fprintln(w)
 	}
 }

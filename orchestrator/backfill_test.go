@@ -1,0 +1,149 @@
+package orchestrator
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+// With a stub clock a step "takes" what the test says: slow steps make
+// the driver throttle, fast ones make it recover, and it never goes past
+// MaxRate.
+func TestBackfillThrottlesAndRecovers(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock(time.Unix(1_700_000_000, 0))
+	bf := NewBackfill(BackfillConfig{TargetLatency: 10 * time.Millisecond, MaxRate: 100, MinRate: 2, MaxSteps: 20, Clock: clk})
+	latency := 2 * time.Millisecond
+	var starts []time.Time
+	step := func(context.Context) (int64, error) {
+		starts = append(starts, clk.Now())
+		clk.Advance(latency)
+		return 1, nil
+	}
+	ctx := testContext(t)
+
+	// Fast steps: full speed, paced at MaxRate.
+	res, err := bf.Run(ctx, step)
+	require.NoError(t, err)
+	require.Equal(t, BackfillResult{Steps: 20, Rows: 20}, res)
+	require.Equal(t, 100.0, bf.Rate())
+	for i := 1; i < len(starts); i++ {
+		require.GreaterOrEqual(t, starts[i].Sub(starts[i-1]), 10*time.Millisecond, "never above MaxRate")
+	}
+
+	// Slow steps (p95 40ms over the 10ms target): the rate drops, run
+	// after run, down to the floor.
+	latency = 40 * time.Millisecond
+	res, err = bf.Run(ctx, step)
+	require.NoError(t, err)
+	require.Equal(t, 20, res.Steps)
+	require.Less(t, bf.Rate(), 100.0/8, "halved once per 5 slow steps")
+	require.Greater(t, bf.P95(), 10*time.Millisecond)
+	for range 3 {
+		_, err = bf.Run(ctx, step)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 2.0, bf.Rate(), "not below MinRate")
+	starts = starts[:0]
+	_, err = bf.Run(ctx, step)
+	require.NoError(t, err)
+	for i := 1; i < len(starts); i++ {
+		require.GreaterOrEqual(t, starts[i].Sub(starts[i-1]), 500*time.Millisecond, "paced at the throttled rate")
+	}
+
+	// One slow burst in a fast stream costs one halving, not a collapse.
+	latency = time.Millisecond
+	for range 3 {
+		_, err = bf.Run(ctx, step)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 100.0, bf.Rate(), "recovered once latency dropped")
+	require.LessOrEqual(t, bf.P95(), 10*time.Millisecond)
+
+	// A step that reports no work ends the run.
+	res, err = bf.Run(ctx, func(context.Context) (int64, error) { return 0, nil })
+	require.NoError(t, err)
+	require.Equal(t, BackfillResult{Steps: 1, Done: true}, res)
+}
+
+// A short burst of slow steps inside fast traffic halves the rate once.
+func TestBackfillSingleBurst(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock(time.Unix(1_700_000_000, 0))
+	bf := NewBackfill(BackfillConfig{MaxRate: 64, MaxSteps: 30, Clock: clk})
+	n := 0
+	res, err := bf.Run(testContext(t), func(context.Context) (int64, error) {
+		n++
+		if n >= 10 && n < 12 { // two slow steps
+			clk.Advance(50 * time.Millisecond)
+		} else {
+			clk.Advance(time.Millisecond)
+		}
+		if n == 14 {
+			require.Equal(t, 32.0, bf.Rate(), "one halving for one burst")
+		}
+		return 1, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 30, res.Steps)
+	require.Equal(t, 64.0, bf.Rate())
+}
+
+// The driver against PostgreSQL with the real clock: a SQL step that
+// sleeps 25ms throttles it, the same step without the sleep lets it recover.
+// The step is a new maintenance function that maint_operations() lists:
+// the scheduler picks it up with no Go change and drives it as a backfill.
+func TestBackfillJobAgainstDatabase(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `CREATE TABLE public.bf_state (remaining int NOT NULL, sleep_ms int NOT NULL, args text[] NOT NULL DEFAULT '{}')`)
+	b.exec(t, `INSERT INTO public.bf_state VALUES (12, 25)`)
+	b.exec(t, `CREATE FUNCTION public.test_backfill_step(p_topic text, p_now timestamptz DEFAULT now()) RETURNS int
+	           LANGUAGE plpgsql AS $$
+	           DECLARE v_sleep int;
+	           BEGIN
+	             UPDATE public.bf_state SET remaining = remaining - 1, args = args || p_topic
+	             WHERE remaining > 0 RETURNING sleep_ms INTO v_sleep;
+	             IF NOT FOUND THEN RETURN 0; END IF;
+	             PERFORM pg_sleep(v_sleep / 1000.0);
+	             RETURN 1;
+	           END $$`)
+	b.exec(t, `ALTER FUNCTION fanout.maint_operations(timestamptz) RENAME TO maint_operations_orig`)
+	b.exec(t, `CREATE FUNCTION fanout.maint_operations(p_now timestamptz DEFAULT now())
+	           RETURNS TABLE(func text, arg text) LANGUAGE sql AS $$
+	             SELECT * FROM fanout.maint_operations_orig(p_now)
+	             UNION ALL SELECT 'public.test_backfill_step', 'events' FROM public.bf_state WHERE remaining > 0
+	           $$`)
+	s := b.scheduler(t, SchedulerConfig{Backfill: BackfillConfig{TargetLatency: 10 * time.Millisecond, MaxRate: 40, MinRate: 5}})
+	res, err := s.RunJob(b.ctx, discoverJobName)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.Rows)
+	job := s.jobs["public.test_backfill_step"].job.(*BackfillJob)
+	require.Equal(t, DefaultBackfillSchedule, job.Schedule())
+
+	res, err = s.RunJob(b.ctx, "public.test_backfill_step")
+	require.NoError(t, err)
+	require.EqualValues(t, Result{Calls: 13, Rows: 12}, res)
+	throttled := job.Driver().Rate()
+	require.Less(t, throttled, 40.0/3, "25ms steps over a 10ms target throttle the driver")
+	require.Greater(t, job.Driver().P95(), 20*time.Millisecond)
+	require.Equal(t, throttled, testutil.ToFloat64(s.metrics.bfRate.WithLabelValues("public.test_backfill_step")))
+	require.EqualValues(t, 12, testutil.ToFloat64(s.metrics.rows.WithLabelValues("public.test_backfill_step")))
+	require.EqualValues(t, 12, b.int(t, `SELECT count(*) FROM public.bf_state, unnest(args) a WHERE a = 'events'`),
+		"called with the argument maint_operations listed")
+
+	// Latency drops: the next run speeds up again to the ceiling.
+	b.exec(t, `UPDATE public.bf_state SET remaining = 25, sleep_ms = 0`)
+	res, err = s.RunJob(b.ctx, "public.test_backfill_step")
+	require.NoError(t, err)
+	require.EqualValues(t, 25, res.Rows)
+	require.Equal(t, 40.0, job.Driver().Rate(), "recovered")
+
+	// Nothing due: no step at all.
+	res, err = s.RunJob(b.ctx, "public.test_backfill_step")
+	require.NoError(t, err)
+	require.Equal(t, Result{}, res)
+}

@@ -1,0 +1,76 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Health is the body of /healthz.
+type Health struct {
+	// Status is "ok" (HTTP 200) or "unavailable" (HTTP 503).
+	Status string `json:"status"`
+	// Reason says why the sidecar is unavailable.
+	Reason   string      `json:"reason,omitempty"`
+	Database string      `json:"database"` // "up" or "down"
+	Leader   bool        `json:"leader"`
+	LeaderID string      `json:"leader_id"`
+	Jobs     []JobStatus `json:"jobs"`
+}
+
+// Health reports whether the database is reachable and, on the leader,
+// whether every job succeeded within its window.
+func (s *Scheduler) Health(ctx context.Context) Health {
+	h := Health{Status: "ok", Database: "up", Leader: s.elector.IsLeader(), LeaderID: s.elector.ID(), Jobs: s.Jobs()}
+	pctx, cancel := context.WithTimeout(ctx, statsTimeout)
+	defer cancel()
+	if err := s.db.Ping(pctx); err != nil {
+		h.Status, h.Database = "unavailable", "down"
+		h.Reason = "database unreachable: " + oneLine(err.Error())
+		return h
+	}
+	var overdue []string
+	for _, j := range h.Jobs {
+		if j.Overdue {
+			why := "never succeeded"
+			if !j.LastSuccess.IsZero() {
+				why = "last succeeded " + j.LastSuccess.UTC().Format("2006-01-02T15:04:05Z")
+			}
+			if j.LastError != "" {
+				why += ", last error: " + oneLine(j.LastError)
+			}
+			overdue = append(overdue, fmt.Sprintf("%s (%s)", j.Name, why))
+		}
+	}
+	if len(overdue) > 0 {
+		h.Status = "unavailable"
+		h.Reason = "jobs overdue: " + strings.Join(overdue, "; ")
+	}
+	return h
+}
+
+// Handler serves /metrics (Prometheus) and /healthz (JSON; 200 when
+// healthy, 503 with a reason otherwise).
+func (s *Scheduler) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		h := s.Health(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		if h.Status != "ok" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(h)
+	})
+	return mux
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

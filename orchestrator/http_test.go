@@ -1,0 +1,153 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url) //nolint:noctx // test
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+func health(t *testing.T, url string) (int, Health) {
+	t.Helper()
+	code, body := get(t, url+"/healthz")
+	var h Health
+	require.NoError(t, json.Unmarshal([]byte(body), &h), body)
+	return code, h
+}
+
+// /healthz on the leader: 200 while every job ran within its window, 503
+// naming the overdue job otherwise. Driven by a stub clock.
+func TestHealthzJobWindows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	clk := newFakeClock(b.dbNow(t))
+	s := b.scheduler(t, SchedulerConfig{Clock: clk, LeaderTTL: time.Hour, LeaderID: "h",
+		DiscoverSchedule: "@every 5s", JobTimeout: 2 * time.Second})
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+
+	code, h := health(t, srv.URL)
+	require.Equal(t, http.StatusOK, code, "a standby is healthy while the database is")
+	require.False(t, h.Leader)
+	require.Equal(t, "up", h.Database)
+
+	require.NoError(t, s.elector.attempt(b.ctx))
+	require.True(t, s.IsLeader())
+	// Election triggers a discover run at once.
+	require.Eventually(t, func() bool { return jobStatus(t, s, discoverJobName).Runs == 1 },
+		5*time.Second, 10*time.Millisecond)
+	code, h = health(t, srv.URL)
+	require.Equal(t, http.StatusOK, code, "just elected, jobs ran")
+	require.True(t, h.Leader)
+
+	clk.Advance(13 * time.Second) // window: 2 x 5s + 2s timeout + 0 jitter
+	code, h = health(t, srv.URL)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "unavailable", h.Status)
+	require.Regexp(t, `^jobs overdue: discover \(last succeeded \d{4}-\d\d-\d\dT[0-9:]+Z\)$`, h.Reason)
+	require.True(t, h.Jobs[0].Overdue)
+
+	_, err := s.RunJob(b.ctx, discoverJobName)
+	require.NoError(t, err)
+	code, h = health(t, srv.URL)
+	require.Equal(t, http.StatusOK, code, h.Reason)
+	require.Len(t, h.Jobs, 1)
+	require.Equal(t, int64(2), h.Jobs[0].Runs)
+	require.False(t, h.Jobs[0].Overdue)
+
+	// A job that never succeeds is named with its error.
+	b.exec(t, `ALTER FUNCTION fanout.maint_operations(timestamptz) RENAME TO maint_operations_gone`)
+	_, err = s.RunJob(b.ctx, discoverJobName)
+	require.Error(t, err)
+	clk.Advance(13 * time.Second)
+	code, h = health(t, srv.URL)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, h.Reason, "jobs overdue: discover (last succeeded ")
+	require.Contains(t, h.Reason, "last error: discover: maint_operations: ERROR: function fanout.maint_operations")
+}
+
+// /metrics: job series, the leader flag, and topic and group series read
+// from the fanout views at scrape time.
+func TestMetricsEndpoint(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	standIn := b.ensureGroupsView(t)
+	b.exec(t, `SELECT fanout.create_topic('orders')`)
+	b.exec(t, `SELECT fanout.publish('orders', '{}') FROM generate_series(1, 3)`)
+	s := b.scheduler(t, SchedulerConfig{LeaderTTL: time.Hour})
+	require.NoError(t, s.elector.attempt(b.ctx))
+	s.onLeaderChange(true)
+	_, err := s.RunJob(b.ctx, discoverJobName)
+	require.NoError(t, err)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+
+	code, body := get(t, srv.URL+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	for _, want := range []string{
+		"pgq_database_up 1",
+		"pgq_scheduler_leader 1",
+		`pgq_scheduler_job_runs_total{job="discover"}`,
+		`pgq_scheduler_job_duration_seconds_bucket{job="discover",le="+Inf"}`,
+		`pgq_topic_messages{topic="orders"} 3`,
+		`pgq_topic_partitions{topic="orders"} 1`,
+		`pgq_topic_dropped_unread_total{topic="orders"} 0`,
+		`pgq_topic_oldest_message_age_seconds{topic="orders"}`,
+		"go_goroutines",
+	} {
+		require.Contains(t, body, want)
+	}
+	if standIn {
+		for _, want := range []string{
+			`pgq_group_lag_messages{group="billing",topic="events"} 1500`,
+			`pgq_group_lag_seconds{group="billing",topic="events"} 7200`,
+			`pgq_group_dead_letters{group="billing",topic="events"} 4`,
+			`pgq_group_status{group="billing",status="dead",topic="events"} 1`,
+			`pgq_group_status{group="billing",status="active",topic="events"} 0`,
+			`pgq_group_lag_messages{group="",topic="orders"} 7`,
+			`pgq_group_oldest_unacked_age_seconds{group="",topic="orders"} 9`,
+			`pgq_group_backfill_processed{group="search",topic="events"} 4000`,
+		} {
+			require.Contains(t, body, want)
+		}
+	} else {
+		// The queue topic's implicit group (group_name NULL: label "").
+		require.Contains(t, body, `pgq_group_status{group="",status="active",topic="orders"} 1`)
+		require.Contains(t, body, `pgq_group_lag_messages{group="",topic="orders"} 3`)
+		require.Contains(t, body, `pgq_group_dead_letters{group="",topic="orders"} 0`)
+		require.Contains(t, body, `pgq_group_lag_seconds{group="",topic="orders"}`)
+	}
+}
+
+// /metrics and /healthz without the database: 503, and the scrape still
+// answers (pgq_database_up 0).
+func TestEndpointsWithoutDatabase(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := b.scheduler(t, SchedulerConfig{})
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	b.Pool.Close() // the pool is gone: every query fails at once
+
+	code, h := health(t, srv.URL)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "down", h.Database)
+	require.Contains(t, h.Reason, "database unreachable: ")
+	code, body := get(t, srv.URL+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "pgq_database_up 0")
+}

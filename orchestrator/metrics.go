@@ -1,0 +1,167 @@
+package orchestrator
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the scheduler's own series; statsCollector adds the topic and
+// group series read from the database at scrape time.
+type metrics struct {
+	runs        *prometheus.CounterVec
+	errors      *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	rows        *prometheus.CounterVec
+	calls       *prometheus.CounterVec
+	limited     *prometheus.CounterVec
+	lastSuccess *prometheus.GaugeVec
+	leader      prometheus.GaugeFunc
+	bfRate      *prometheus.GaugeVec
+	bfP95       *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer, isLeader func() bool) *metrics {
+	job := []string{"job"}
+	m := &metrics{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgq_scheduler_job_runs_total", Help: "Runs of each job (including failed ones).",
+		}, job),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgq_scheduler_job_errors_total", Help: "Failed runs of each job (errors, timeouts, panics).",
+		}, job),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pgq_scheduler_job_duration_seconds",
+			Help:    "Duration of each job run.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, job),
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgq_scheduler_job_rows_total", Help: "Work done by each job as its SQL function reported it (rows, partitions, steps).",
+		}, job),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgq_scheduler_job_calls_total", Help: "SQL calls made by each job.",
+		}, job),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgq_scheduler_job_batch_limited_total", Help: "Runs that stopped at the batch limit with work left.",
+		}, job),
+		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pgq_scheduler_job_last_success_timestamp_seconds", Help: "Unix time of each job's last successful run.",
+		}, job),
+		leader: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pgq_scheduler_leader", Help: "1 when this sidecar is the leader (runs the jobs), else 0.",
+		}, func() float64 {
+			if isLeader() {
+				return 1
+			}
+			return 0
+		}),
+		bfRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pgq_scheduler_backfill_rate", Help: "Current adaptive rate of each backfill job, in steps per second.",
+		}, job),
+		bfP95: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pgq_scheduler_backfill_step_p95_seconds", Help: "p95 step latency of each backfill job over its recent steps.",
+		}, job),
+	}
+	reg.MustRegister(m.runs, m.errors, m.duration, m.rows, m.calls, m.limited, m.lastSuccess, m.leader, m.bfRate, m.bfP95)
+	return m
+}
+
+// statsCollector reads fanout.topics and fanout.groups on every scrape.
+type statsCollector struct {
+	db         DB
+	leaderName string
+	logger     *slog.Logger
+
+	up, topicMessages, topicOldest, topicPartitions, topicBytes, topicDropped, topicGroups *prometheus.Desc
+	lagMessages, lagSeconds, deadLetters, inFlight, lost, delivered, members, status       *prometheus.Desc
+	oldestUnacked, retryPending, bfProcessed, bfTotal, bfRate                              *prometheus.Desc
+}
+
+func newStatsCollector(db DB, leaderName string, logger *slog.Logger) *statsCollector {
+	t := []string{"topic"}
+	g := []string{"topic", "group"}
+	d := prometheus.NewDesc
+	return &statsCollector{
+		db: db, leaderName: leaderName, logger: logger,
+		up:              d("pgq_database_up", "1 when the scrape could read the fanout views, else 0.", nil, nil),
+		topicMessages:   d("pgq_topic_messages", "Messages retained in the topic.", t, nil),
+		topicOldest:     d("pgq_topic_oldest_message_age_seconds", "Age of the oldest retained message.", t, nil),
+		topicPartitions: d("pgq_topic_partitions", "Partitions of the topic's message table.", t, nil),
+		topicBytes:      d("pgq_topic_bytes", "Bytes on disk of the topic's message table.", t, nil),
+		topicDropped:    d("pgq_topic_dropped_unread_total", "Unread messages dropped by max_retention.", t, nil),
+		topicGroups:     d("pgq_topic_active_groups", "Active consumer groups of the topic.", t, nil),
+		lagMessages:     d("pgq_group_lag_messages", "Messages the group has not consumed yet.", g, nil),
+		lagSeconds:      d("pgq_group_lag_seconds", "Age of the oldest message the group has not consumed.", g, nil),
+		oldestUnacked:   d("pgq_group_oldest_unacked_age_seconds", "Age of the group's oldest un-acked message.", g, nil),
+		deadLetters:     d("pgq_group_dead_letters", "Dead letters of the group.", g, nil),
+		retryPending:    d("pgq_group_retry_pending", "Nacked messages of the group waiting for redelivery.", g, nil),
+		inFlight:        d("pgq_group_in_flight", "Messages under lease in the group.", g, nil),
+		lost:            d("pgq_group_lost_messages_total", "Messages the group lost (dropped unread).", g, nil),
+		delivered:       d("pgq_group_delivered_total", "Messages delivered to the group.", g, nil),
+		members:         d("pgq_group_members", "Members (consumers) seen in the group.", g, nil),
+		status:          d("pgq_group_status", "1 for the group's current status (active, paused, dead, cancelled).", append(g, "status"), nil),
+		bfProcessed:     d("pgq_group_backfill_processed", "Messages the group's backfill has processed.", g, nil),
+		bfTotal:         d("pgq_group_backfill_total", "Messages the group's backfill has to process.", g, nil),
+		bfRate:          d("pgq_group_backfill_rate", "Backfill rate of the group in messages per second.", g, nil),
+	}
+}
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.up, c.topicMessages, c.topicOldest, c.topicPartitions, c.topicBytes,
+		c.topicDropped, c.topicGroups, c.lagMessages, c.lagSeconds, c.oldestUnacked, c.deadLetters, c.retryPending, c.inFlight,
+		c.lost, c.delivered, c.members, c.status, c.bfProcessed, c.bfTotal, c.bfRate} {
+		ch <- d
+	}
+}
+
+var groupStatuses = []string{"active", "paused", "dead", "cancelled"}
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
+	defer cancel()
+	st, err := ReadStats(ctx, c.db, "")
+	if err != nil {
+		c.logger.Warn("metrics: reading fanout views failed", "error", err)
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+	emit := func(d *prometheus.Desc, vt prometheus.ValueType, r Row, col string, labels ...string) {
+		if v, ok := r.Float(col); ok {
+			ch <- prometheus.MustNewConstMetric(d, vt, finite(v), labels...)
+		}
+	}
+	for _, r := range st.Topics {
+		t := r.Text("topic")
+		emit(c.topicMessages, prometheus.GaugeValue, r, "messages", t)
+		emit(c.topicOldest, prometheus.GaugeValue, r, "oldest_message_age", t)
+		emit(c.topicPartitions, prometheus.GaugeValue, r, "partitions", t)
+		emit(c.topicBytes, prometheus.GaugeValue, r, "bytes", t)
+		emit(c.topicDropped, prometheus.CounterValue, r, "dropped_unread", t)
+		emit(c.topicGroups, prometheus.GaugeValue, r, "active_groups", t)
+	}
+	for _, r := range st.Groups {
+		t, g := r.Text("topic"), r.Text("group_name") // "" for a queue topic's implicit group
+		emit(c.lagMessages, prometheus.GaugeValue, r, "lag_messages", t, g)
+		emit(c.lagSeconds, prometheus.GaugeValue, r, "lag_seconds", t, g)
+		emit(c.oldestUnacked, prometheus.GaugeValue, r, "oldest_unacked_age", t, g)
+		emit(c.deadLetters, prometheus.GaugeValue, r, "dead_letters", t, g)
+		emit(c.retryPending, prometheus.GaugeValue, r, "retry_pending", t, g)
+		emit(c.inFlight, prometheus.GaugeValue, r, "in_flight", t, g)
+		emit(c.lost, prometheus.CounterValue, r, "lost_messages", t, g)
+		emit(c.delivered, prometheus.CounterValue, r, "delivered", t, g)
+		emit(c.members, prometheus.GaugeValue, r, "members", t, g)
+		emit(c.bfProcessed, prometheus.GaugeValue, r, "backfill_processed", t, g)
+		emit(c.bfTotal, prometheus.GaugeValue, r, "backfill_total", t, g)
+		emit(c.bfRate, prometheus.GaugeValue, r, "backfill_rate", t, g)
+		cur := r.Text("status")
+		for _, s := range groupStatuses {
+			v := 0.0
+			if s == cur {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.status, prometheus.GaugeValue, v, t, g, s)
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Row is one row of a view by column name, with values as pgx decodes
+// them. Reading views as rows of named columns (SELECT *) keeps status and
+// metrics working while the views gain columns.
+type Row map[string]any
+
+// Float returns a numeric, interval (in seconds) or duration column as a
+// float64; ok is false for NULL, a missing column or another type.
+func (r Row) Float(col string) (float64, bool) {
+	switch v := r[col].(type) {
+	case int16:
+		return float64(v), true
+	case int32:
+		return float64(v), true
+	case int64:
+		return float64(v), true
+	case float32:
+		return float64(v), true
+	case float64:
+		return v, true
+	case pgtype.Numeric:
+		f, err := v.Float64Value()
+		return f.Float64, err == nil && f.Valid
+	case pgtype.Interval:
+		if !v.Valid {
+			return 0, false
+		}
+		return intervalSeconds(v), true
+	case time.Duration:
+		return v.Seconds(), true
+	}
+	return 0, false
+}
+
+// Text returns a text column ("" for NULL or a missing column).
+func (r Row) Text(col string) string {
+	if s, ok := r[col].(string); ok {
+		return s
+	}
+	return ""
+}
+
+// Time returns a timestamp column.
+func (r Row) Time(col string) (time.Time, bool) {
+	t, ok := r[col].(time.Time)
+	return t, ok
+}
+
+func intervalSeconds(v pgtype.Interval) float64 {
+	return float64(v.Microseconds)/1e6 + float64(v.Days)*86400 + float64(v.Months)*30*86400
+}
+
+// LeaderInfo is the current holder of the scheduler role.
+type LeaderInfo struct {
+	ID        string
+	ExpiresIn time.Duration
+}
+
+// Stats is a snapshot of fanout.topics and fanout.groups.
+type Stats struct {
+	Topics []Row
+	// Groups is nil when the installed schema has no fanout.groups view.
+	Groups          []Row
+	GroupsAvailable bool
+	// Leader is nil when no sidecar holds the role (or the table is not
+	// readable by this user).
+	Leader *LeaderInfo
+}
+
+// ErrNotInstalled means the fanout schema is missing: run migrate.
+var ErrNotInstalled = errors.New("schema fanout is not installed (run: pgq-scheduler migrate)")
+
+// ReadStats reads the views behind `status` and /metrics. fanout.groups is
+// optional (older schema versions lack it).
+func ReadStats(ctx context.Context, db DB, leaderName string) (*Stats, error) {
+	var hasTopics, hasGroups, hasLeader bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass('fanout.topics') IS NOT NULL,
+	                                   to_regclass('fanout.groups') IS NOT NULL,
+	                                   to_regclass('fanout.leader') IS NOT NULL`).
+		Scan(&hasTopics, &hasGroups, &hasLeader); err != nil {
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	if !hasTopics {
+		return nil, ErrNotInstalled
+	}
+	st := &Stats{GroupsAvailable: hasGroups}
+	var err error
+	if st.Topics, err = queryRows(ctx, db, `SELECT * FROM fanout.topics ORDER BY topic`); err != nil {
+		return nil, fmt.Errorf("stats: fanout.topics: %w", err)
+	}
+	if hasGroups {
+		if st.Groups, err = queryRows(ctx, db,
+			`SELECT * FROM fanout.groups ORDER BY topic, group_name NULLS FIRST`); err != nil {
+			return nil, fmt.Errorf("stats: fanout.groups: %w", err)
+		}
+	}
+	if hasLeader && leaderName != "" {
+		var id string
+		var secs float64
+		err := db.QueryRow(ctx, `SELECT leader_id, extract(epoch FROM expires_at - clock_timestamp())::float8
+		                         FROM fanout.leader WHERE name = $1 AND expires_at > clock_timestamp()`,
+			leaderName).Scan(&id, &secs)
+		if err == nil {
+			st.Leader = &LeaderInfo{ID: id, ExpiresIn: time.Duration(secs * float64(time.Second))}
+		} else if !errors.Is(err, pgx.ErrNoRows) && ctx.Err() != nil {
+			return nil, fmt.Errorf("stats: leader: %w", err)
+		} // other errors (no privilege on the table): leader unknown
+	}
+	return st, nil
+}
+
+func queryRows(ctx context.Context, db DB, sql string) ([]Row, error) {
+	rows, err := db.Query(ctx, sql)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Row
+	fields := rows.FieldDescriptions()
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return nil, err
+		}
+		r := make(Row, len(vals))
+		for i, f := range fields {
+			r[f.Name] = vals[i]
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// finite maps NaN and infinities (e.g. an "infinity" interval) to 0.
+func finite(f float64) float64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0
+	}
+	return f
+}
