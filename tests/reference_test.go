@@ -414,3 +414,36 @@ func TestReferenceBadInput(t *testing.T) {
 	require.NoError(t, b.Pool.QueryRow(b.ctx, "SELECT count(*) FROM fanout.consumer_group").Scan(&n))
 	require.Zero(t, n, "no partial state")
 }
+
+// A message published by a transaction that stamped it before a late
+// joiner's subscription committed, and that commits only after the backfill
+// walked past it, still gets the late joiner's bit: the backfill waits for
+// such writers and then fixes their rows.
+func TestReferenceBackfillWaitsForWritersRunningAtItsStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.refTopic(t, "fence")
+	b.subscribe(t, "fence", "A")
+	old := b.publishN(t, "fence", 5)
+
+	writer := b.Conn(t)
+	tx, err := writer.Begin(b.ctx)
+	require.NoError(t, err)
+	var straggler int64
+	require.NoError(t, tx.QueryRow(b.ctx, "SELECT fanout.publish('fence', '{\"late\":true}')").Scan(&straggler))
+
+	b.subscribe(t, "fence", "late", "start_position => 'earliest'")
+	b.runJobs(t)
+	st, _, _ := b.backfill(t, "late")
+	require.Equal(t, "in_progress", st, "the backfill waits for the writer that was running at its start")
+	require.Empty(t, b.read(t, b.Pool, "fence", ptr("late"), "l", 100, "1 minute"))
+
+	require.NoError(t, tx.Commit(b.ctx))
+	b.runJobs(t)
+	st, _, _ = b.backfill(t, "late")
+	require.Equal(t, "completed", st)
+	req, _, _ := b.bits(t, "fence", straggler)
+	require.Equal(t, []string{"A", "late"}, req)
+	require.Equal(t, append(append([]int64{}, old...), straggler), b.readAck(t, "fence", "late"))
+	require.Empty(t, b.checkConsistency(t))
+}

@@ -10,12 +10,12 @@
 --   release   clears a dead or cancelled group's bit from required_groups of
 --             messages it has not completed, so they complete for the others.
 -- COMPLETED messages (required_groups <> 0 and completed_groups covering it)
--- are never touched. The first step takes a snapshot (the fence) after the
--- group's change committed and notes the last id assigned (upto_id); batches
--- of batch_size ids then walk [from_id, upto_id] on the id index, each
--- checkpointed in next_id. Messages that transactions still running at the
--- fence inserted with the old bitmap are fixed by a last step over the
--- fence's running txids, once none of them holds a lock on the topic. Setting or clearing a bit
+-- are never touched. The first step runs after the group's change committed:
+-- it notes the last id assigned (upto_id) and the transactions then writing
+-- to the topic (fence_txids: only they can still commit rows stamped with the
+-- old bitmap); batches of batch_size ids then walk [from_id, upto_id] on the
+-- id index, each checkpointed in next_id, and a last step fixes the rows of
+-- the fence transactions once they have all ended. Setting or clearing a bit
 -- twice changes nothing, so steps are idempotent and a crash just repeats a
 -- batch. Returns messages examined (0 when there is nothing to do or the
 -- job waits for the fence); call again while it returns > 0. Concurrent
@@ -62,13 +62,14 @@ BEGIN
     END IF;
 
     IF v_j.status = 'not_started' THEN
-        v_j.fence := pg_current_snapshot();
-        EXECUTE format('SELECT max(id) FROM fanout_data.%I', v_t.data_table) INTO v_j.upto_id;
-        v_j.upto_id := coalesce(v_j.upto_id, 0);
+        -- Writers still running now may commit rows stamped with the old
+        -- bitmap; they all hold a lock on the topic's table.
+        v_j.fence_txids := fanout._table_writers(format('fanout_data.%I', v_t.data_table)::regclass);
+        v_j.upto_id := fanout._next_id(v_t) - 1;
         EXECUTE format('SELECT count(*) FROM fanout_data.%I WHERE id >= $1 AND id <= $2', v_t.data_table)
             INTO v_j.total USING v_j.from_id, v_j.upto_id;
         UPDATE fanout.bitmap_job j
-        SET status = 'in_progress', fence = v_j.fence, upto_id = v_j.upto_id, total = v_j.total,
+        SET status = 'in_progress', fence_txids = v_j.fence_txids, upto_id = v_j.upto_id, total = v_j.total,
             started_at = clock_timestamp(), updated_at = clock_timestamp()
         WHERE j.group_id = v_j.group_id AND j.kind = v_j.kind;
     END IF;
@@ -90,23 +91,15 @@ BEGIN
         RETURN greatest(cardinality(v_ids), 1);
     END IF;
 
-    -- The walk is done. Finish once no transaction that was running at the
-    -- fence still holds a lock on the topic's table: those are the only ones
-    -- that can still commit rows stamped with the old bitmap (unrelated long
-    -- transactions elsewhere in the cluster do not hold the job back).
-    IF EXISTS (
-        SELECT 1
-        FROM pg_locks rl
-        JOIN pg_locks xl ON xl.virtualtransaction = rl.virtualtransaction AND xl.locktype = 'transactionid'
-        WHERE rl.locktype = 'relation'
-          AND rl.relation = format('fanout_data.%I', v_t.data_table)::regclass
-          AND xl.transactionid::text::bigint IN (SELECT x::text::bigint % 4294967296
-                                                 FROM pg_snapshot_xip(v_j.fence) AS x)) THEN
+    -- The walk is done. Finish once the writers that were running at the
+    -- first step have ended, with a pass over their rows. Unrelated long
+    -- transactions elsewhere in the cluster do not hold the job back.
+    IF EXISTS (SELECT 1 FROM unnest(v_j.fence_txids) AS x WHERE pg_xact_status(x) = 'in progress') THEN
         RETURN 0;
     END IF;
     EXECUTE format('UPDATE fanout_data.%I m SET %s WHERE m.txid = ANY ($2) AND m.id >= $3 AND %s',
                    v_t.data_table, v_set, v_where)
-        USING v_bit, ARRAY(SELECT pg_snapshot_xip(v_j.fence)), v_j.from_id;
+        USING v_bit, v_j.fence_txids, v_j.from_id;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     UPDATE fanout.bitmap_job j
     SET status = 'completed', changed = j.changed + v_n, finished_at = clock_timestamp(),

@@ -15,6 +15,6 @@ AS $fn$
     VALUES (p_group_id, p_kind, 'not_started', p_scope, p_from_id, p_from_id, p_batch)
     ON CONFLICT (group_id, kind) DO UPDATE
     SET status = 'not_started', scope = excluded.scope, from_id = excluded.from_id, next_id = excluded.next_id,
-        batch_size = excluded.batch_size, upto_id = NULL, fence = NULL, processed = 0, changed = 0,
+        batch_size = excluded.batch_size, upto_id = NULL, fence_txids = NULL, processed = 0, changed = 0,
         total = NULL, started_at = NULL, finished_at = NULL, last_error = NULL, updated_at = clock_timestamp();
 $fn$;

@@ -22,7 +22,13 @@ DECLARE
     v_old fanout.topic;
     v_new fanout.topic;
 BEGIN
-    v_old := fanout._topic($1, true);
+    v_old := fanout._topic($1);
+    -- Lock the row here (fanout._topic is STABLE and cannot lock) and re-read
+    -- it: a concurrent alter may have committed meanwhile, or a drop.
+    SELECT * INTO v_old FROM fanout.topic t WHERE t.topic_id = v_old.topic_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'topic % does not exist', quote_literal($1) USING ERRCODE = 'PGQ01';
+    END IF;
     v_new := v_old;
     v_new.retention := coalesce($2, v_old.retention);
     v_new.zero_subscription_retention := coalesce($3, v_old.zero_subscription_retention);

@@ -14,7 +14,7 @@ DECLARE
 BEGIN
     v_g := fanout._group_for_admin($1, $2);
     UPDATE fanout.bitmap_job j
-    SET status = CASE WHEN j.fence IS NULL THEN 'not_started' ELSE 'in_progress' END,
+    SET status = CASE WHEN j.upto_id IS NULL THEN 'not_started' ELSE 'in_progress' END,
         last_error = NULL, finished_at = NULL, updated_at = clock_timestamp()
     WHERE j.group_id = v_g.group_id AND j.kind = 'backfill' AND j.status IN ('cancelled', 'failed');
     RETURN FOUND;

@@ -191,7 +191,7 @@ CREATE TABLE fanout.bitmap_job (
     from_id      bigint NOT NULL,
     upto_id      bigint,                -- set by the first step: the last id then assigned
     next_id      bigint NOT NULL,       -- checkpoint: the next batch starts here
-    fence        pg_snapshot,           -- taken by the first step; see fanout._bitmap_step
+    fence_txids  xid8[],                -- writers running at the first step; see fanout._bitmap_step
     batch_size   int NOT NULL,
     processed    bigint NOT NULL DEFAULT 0,
     changed      bigint NOT NULL DEFAULT 0,

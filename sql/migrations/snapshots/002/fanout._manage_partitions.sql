@@ -6,13 +6,20 @@
 --   1. when the open partition is older than partition_interval and not empty,
 --      create the next one;
 --   2. once that creation has committed, jump the sequence into the next
---      partition and close the old one with a txid bound: every row in it has
---      a txid below the xmax of a snapshot taken after the jump (publish takes
---      its xid before its id), which lets cleanup and reads skip it.
+--      partition and close the old one with a txid bound above the xid of
+--      every transaction that can have taken an id in it, which lets reads
+--      skip it (fanout._partition_floor). Publish takes its xid before its
+--      id, so such a transaction had its xid before the jump: after the jump
+--      it has either ended (its xid is below the xmax of a later snapshot) or
+--      still holds the lock on its own xid (pg_locks). The xmax alone is not
+--      enough: it is latestCompletedXid + 1, and a running transaction that
+--      took its xid after the last one that ended is at or above it.
+-- Must run in READ COMMITTED (each statement needs a fresh snapshot).
 -- Bounded: at most 50 steps per call. Returns the number of steps done;
 -- call again while it returns > 0. Takes its own advisory lock (returns 0 if
 -- another caller holds it).
--- Tables: fanout.topic, fanout.partition, fanout_data.*.
+-- Raises: PGQ09 (not READ COMMITTED).
+-- Tables: fanout.topic, fanout.partition, fanout_data.*; reads pg_locks.
 CREATE OR REPLACE FUNCTION fanout._manage_partitions(p_now timestamptz DEFAULT now())
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
@@ -24,7 +31,13 @@ DECLARE
     v_last   bigint;
     v_empty  boolean;
     v_bound  xid8;
+    v_ref    bigint;
+    v_run    bigint;
 BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'fanout._manage_partitions must run in READ COMMITTED, not %',
+            upper(current_setting('transaction_isolation')) USING ERRCODE = 'PGQ09';
+    END IF;
     IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:manage_partitions', 0)) THEN
         RETURN 0;
     END IF;
@@ -53,7 +66,18 @@ BEGIN
             IF v_last < r.next_lo THEN
                 PERFORM setval(format('fanout_data.%I', r.seq_name)::regclass, r.next_lo, false);
             END IF;
+            -- Running xids first (pg_locks shows 32-bit xids: widen them
+            -- around a reference), then a snapshot: a writer that ends in
+            -- between has advanced that snapshot's xmax past its xid.
+            v_ref := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
+            SELECT max(v_ref + ((l.transactionid::text::bigint - v_ref) % 4294967296 + 4294967296 + 2147483648)
+                                % 4294967296 - 2147483648) + 1
+            INTO v_run
+            FROM pg_locks l WHERE l.locktype = 'transactionid';
             v_bound := pg_snapshot_xmax(pg_current_snapshot());
+            IF v_run IS NOT NULL AND v_run > v_bound::text::bigint THEN
+                v_bound := v_run::text::xid8;
+            END IF;
             UPDATE fanout.partition p SET closed_at = clock_timestamp(), txid_bound = v_bound
             WHERE p.topic_id = r.topic_id AND p.part_no = r.part_no;
             v_done := v_done + 1;

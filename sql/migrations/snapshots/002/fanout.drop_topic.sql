@@ -14,7 +14,13 @@ DECLARE
     v_t fanout.topic;
     v_n bigint;
 BEGIN
-    v_t := fanout._topic($1, true);
+    v_t := fanout._topic($1);
+    -- Lock the row here (fanout._topic is STABLE and cannot lock); a
+    -- concurrent drop that committed meanwhile makes this one PGQ01.
+    SELECT * INTO v_t FROM fanout.topic t WHERE t.topic_id = v_t.topic_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'topic % does not exist', quote_literal($1) USING ERRCODE = 'PGQ01';
+    END IF;
     IF NOT coalesce($2, false) THEN
         SELECT count(*) INTO v_n FROM fanout.consumer_group g
         WHERE g.topic_id = v_t.topic_id AND g.group_name IS NOT NULL AND g.status = 'active';

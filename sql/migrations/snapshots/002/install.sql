@@ -34,6 +34,7 @@
 {{ template "fanout._set_notify.sql" . }}
 {{ template "fanout._start_bitmap_job.sql" . }}
 {{ template "fanout._start_state.sql" . }}
+{{ template "fanout._table_writers.sql" . }}
 {{ template "fanout._topic.sql" . }}
 {{ template "fanout._topic_stats.sql" . }}
 {{ template "fanout._touch_member.sql" . }}
