@@ -1,6 +1,7 @@
 -- fanout._complete_bits(p_group_id, p_ids, p_txids, p_acking, p_only): reference
 -- mode: sets the group's bit in completed_groups of the messages given as
--- parallel arrays of ids and txids (restricted to p_only when not NULL) (acked or
+-- parallel arrays of ids and txids (restricted to p_only when not NULL; ids
+-- are unique, and reference topics have an id index, so ids suffice) (acked or
 -- dead-lettered: both count as done for the group). A message completes when
 -- completed_groups covers required_groups; COMPLETED and unclaimed messages
 -- are never modified. No-op for offset-mode groups. With p_acking, a paused
@@ -33,10 +34,9 @@ BEGIN
     END IF;
     EXECUTE format(
         'UPDATE fanout_data.%I m SET completed_groups = m.completed_groups | $1
-         FROM unnest($2::bigint[], $3::xid8[]) AS u(id, tx)
-         WHERE m.txid = u.tx AND m.id = u.id AND ($4::bigint[] IS NULL OR u.id = ANY ($4))
+         WHERE m.id = ANY ($2)
            AND (m.completed_groups & $1) = 0 AND (m.required_groups & ~m.completed_groups) <> 0', v_table)
-        USING 1::bigint << v_bit, p_ids, p_txids, p_only;
+        USING 1::bigint << v_bit, coalesce(p_only, p_ids);
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
 END

@@ -18,7 +18,7 @@ BEGIN
                                                published_at, attempts, last_error, dead_at)
          SELECT $1, m.id, m.txid, m.payload, m.headers, m.message_group, m.published_at, u.att, $5, clock_timestamp()
          FROM unnest($2::bigint[], $3::xid8[], $4::int[]) AS u(id, tx, att)
-         JOIN fanout_data.%I m ON m.txid = u.tx AND m.id = u.id
+         CROSS JOIN LATERAL (SELECT * FROM fanout_data.%I x WHERE x.txid = u.tx AND x.id = u.id OFFSET 0) m
          ON CONFLICT (group_id, message_id) DO UPDATE
          SET attempts = excluded.attempts, last_error = excluded.last_error, dead_at = excluded.dead_at',
         p_table)
