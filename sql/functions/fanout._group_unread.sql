@@ -15,6 +15,12 @@ CREATE OR REPLACE FUNCTION fanout._group_unread(
     OUT messages bigint, OUT oldest_published_at timestamptz)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, fanout, pg_temp
+-- Pages must be ordered index scans that stop after LIMIT rows, whatever the
+-- (often missing) statistics of young partitions make the planner guess
+-- (and the disabled-path costs must not trigger JIT compilation).
+SET enable_bitmapscan = off
+SET enable_sort = off
+SET jit = off
 AS $fn$
 DECLARE
     v_g     fanout.consumer_group;
