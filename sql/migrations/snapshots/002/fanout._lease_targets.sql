@@ -13,6 +13,13 @@ DECLARE
     v_req  bigint[] := coalesce(p_message_ids, p_l.msg_ids);
     v_bad  bigint[];
 BEGIN
+    IF p_message_ids IS NULL AND cardinality(p_l.reclaimed) = 0 THEN
+        -- The whole lease, nothing taken away: the common ack, kept cheap.
+        IF cardinality(p_l.settled) = 0 THEN
+            RETURN p_l.msg_ids;
+        END IF;
+        RETURN ARRAY(SELECT x FROM unnest(p_l.msg_ids) AS x WHERE x <> ALL (p_l.settled));
+    END IF;
     IF array_position(v_req, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'message_ids must not contain NULL' USING ERRCODE = 'PGQ03';
     END IF;
