@@ -57,6 +57,13 @@ GRANT EXECUTE ON FUNCTION
     fanout.force_complete_orphaned(text, interval)
 TO fanout_admin;
 
+-- Functions the views call run with the caller's EXECUTE rights.
+GRANT EXECUTE ON FUNCTION
+    fanout._topic_stats(bigint),
+    fanout._group_unread(bigint, bigint, text),
+    fanout._liveness(fanout.consumer_group)
+TO fanout_admin, fanout_producer, fanout_consumer;
+
 GRANT SELECT ON fanout.topics TO fanout_admin, fanout_producer, fanout_consumer;
 GRANT SELECT ON fanout.dead_letters TO fanout_admin, fanout_consumer;
 GRANT SELECT ON fanout.groups TO fanout_admin, fanout_consumer;

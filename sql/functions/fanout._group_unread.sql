@@ -13,7 +13,7 @@
 CREATE OR REPLACE FUNCTION fanout._group_unread(
     p_group_id bigint, p_limit bigint DEFAULT NULL, p_relname text DEFAULT NULL,
     OUT messages bigint, OUT oldest_published_at timestamptz)
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 -- Pages must be ordered index scans that stop after LIMIT rows, whatever the
 -- (often missing) statistics of young partitions make the planner guess

@@ -25,7 +25,7 @@ BEGIN
     END IF;
     v_bad := ARRAY(SELECT DISTINCT x FROM unnest(v_req) AS x WHERE x = ANY (p_l.reclaimed) ORDER BY x);
     IF cardinality(v_bad) > 0 THEN
-        RAISE EXCEPTION 'lease % expired and message(s) % were re-delivered to another consumer',
+        RAISE EXCEPTION 'lease % expired and message(s) % were taken from it (re-delivered to another consumer, dead-lettered or dropped)',
             p_l.lease_id, array_to_string(v_bad, ', ')
             USING ERRCODE = 'PGQ11',
                   HINT = 'roll back this transaction; the new holder will process the message(s)';

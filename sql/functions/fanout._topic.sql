@@ -1,7 +1,7 @@
--- fanout._topic(p_topic, p_lock): the catalog row of a topic by name.
--- p_lock = true takes FOR UPDATE on it (settings changes, drop).
+-- fanout._topic(p_topic): the catalog row of a topic by name (callers that
+-- change it lock it themselves: a STABLE function cannot).
 -- Raises: PGQ03 (NULL name), PGQ01 (no such topic). Reads fanout.topic.
-CREATE OR REPLACE FUNCTION fanout._topic(p_topic text, p_lock boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION fanout._topic(p_topic text)
 RETURNS fanout.topic
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, fanout, pg_temp
@@ -12,11 +12,7 @@ BEGIN
     IF p_topic IS NULL THEN
         RAISE EXCEPTION 'topic must not be NULL' USING ERRCODE = 'PGQ03';
     END IF;
-    IF p_lock THEN
-        SELECT * INTO v_t FROM fanout.topic t WHERE t.topic = p_topic FOR UPDATE;
-    ELSE
-        SELECT * INTO v_t FROM fanout.topic t WHERE t.topic = p_topic;
-    END IF;
+    SELECT * INTO v_t FROM fanout.topic t WHERE t.topic = p_topic;
     IF v_t.topic_id IS NULL THEN
         RAISE EXCEPTION 'topic % does not exist', quote_literal(p_topic)
             USING ERRCODE = 'PGQ01', HINT = 'create it with fanout.create_topic()';

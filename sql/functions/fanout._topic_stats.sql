@@ -5,7 +5,7 @@
 CREATE OR REPLACE FUNCTION fanout._topic_stats(
     p_topic_id bigint,
     OUT messages bigint, OUT oldest_message_age interval, OUT partitions int, OUT bytes bigint)
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE

@@ -3,7 +3,7 @@
 -- change. Reads fanout.member.
 CREATE OR REPLACE FUNCTION fanout._liveness(p_g fanout.consumer_group)
 RETURNS timestamptz
-LANGUAGE sql STABLE
+LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
     SELECT greatest(p_g.last_heartbeat, p_g.last_read_at, p_g.created_at, p_g.status_changed_at,

@@ -3,5 +3,6 @@
 -- fanout.topics shows it per topic. Touches no table.
 CREATE OR REPLACE FUNCTION fanout.channel_name(p_topic_id bigint)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql IMMUTABLE SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$ SELECT 'fanout_' || p_topic_id $fn$;
