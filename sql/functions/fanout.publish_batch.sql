@@ -4,7 +4,8 @@
 -- Returns the message ids in input order.
 -- Raises: as fanout.publish, naming the offending element; PGQ03 when the
 -- arrays' lengths differ. Nothing is written when any element is bad.
--- Tables: fanout.topic, fanout.consumer_group, fanout_data.m<topic_id>.
+-- Tables: fanout.topic, fanout.consumer_group, fanout_data.m<topic_id>
+-- (through fanout_data.m<topic_id>_insert_batch).
 CREATE OR REPLACE FUNCTION fanout.publish_batch(
     topic          text,
     payloads       jsonb[],
@@ -45,13 +46,7 @@ BEGIN
         PERFORM fanout._check_message(v_t, r.p, r.h, r.g, r.ord::int);
     END LOOP;
     PERFORM pg_current_xact_id();
-    RETURN QUERY EXECUTE format(
-        'WITH ins AS (INSERT INTO fanout_data.%I (headers, message_group, payload)
-                      SELECT coalesce(u.h, ''{}''::jsonb), u.g, u.p
-                      FROM unnest($1::jsonb[], $2::jsonb[], $3::text[]) WITH ORDINALITY AS u(p, h, g, ord)
-                      ORDER BY u.ord
-                      RETURNING id)
-         SELECT id FROM ins ORDER BY id', v_t.data_table)
+    RETURN QUERY EXECUTE format('SELECT fanout_data.%I($1, $2, $3)', v_t.data_table || '_insert_batch')
         USING $2, $3, $4;
 END
 $fn$;

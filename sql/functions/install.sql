@@ -10,6 +10,7 @@
 {{ template "fanout._cleanup_groups.sql" . }}
 {{ template "fanout._cleanup_partitions.sql" . }}
 {{ template "fanout._complete_bits.sql" . }}
+{{ template "fanout._create_insert_functions.sql" . }}
 {{ template "fanout._create_partition.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
 {{ template "fanout._detect_dead_groups.sql" . }}

@@ -122,6 +122,7 @@ BEGIN
         INSERT INTO fanout.topic_state (topic_id) VALUES (v_new.topic_id);
     END IF;
     PERFORM fanout._create_partition(v_new.topic_id, 0);
+    PERFORM fanout._create_insert_functions(v_new.topic_id);
     IF v_new.notify THEN
         PERFORM fanout._set_notify(v_new.topic_id, true);
     END IF;

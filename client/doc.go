@@ -1,0 +1,68 @@
+// Package client is a small Go client for pgq (schema fanout): a Publisher
+// for the transactional outbox and a Consumer loop that wakes up on LISTEN,
+// falls back to polling, hands each message to a handler and acks or nacks it.
+//
+// Everything here is a thin wrapper around the SQL API of DESIGN.md §2
+// (fanout.publish, fanout.publish_batch, fanout.read, fanout.ack,
+// fanout.nack, fanout.extend_lease, fanout.heartbeat); any language can do
+// the same with plain SQL. Statements go through pgx's statement cache, so
+// each one is prepared once per connection.
+//
+// # Publishing
+//
+// A Publisher runs on anything that executes SQL: a *pgxpool.Pool (each
+// publish commits on its own) or a pgx.Tx (the message is published if, and
+// only if, the caller's transaction commits — the transactional outbox):
+//
+//	pub := client.NewPublisher(pool)
+//	id, err := pub.Publish(ctx, "orders.created", client.Message{Payload: []byte(`{"order":42}`)})
+//
+//	tx, _ := pool.Begin(ctx)
+//	// ... business writes on tx ...
+//	_, err = pub.WithTx(tx).Publish(ctx, "orders.created", msg)
+//	err = tx.Commit(ctx)
+//
+// PublishBatch publishes many messages in one statement (one round trip, one
+// NOTIFY) and returns their ids in input order.
+//
+// # Consuming
+//
+// A Consumer reads pages of up to Config.MaxMessages messages under one lease
+// (fanout.read), calls the Handler for each message in order, then settles
+// the page: messages whose handler returned nil are acked (in one
+// fanout.ack call), each failed one is nacked (fanout.nack) with the
+// handler's error text, so the group redelivers it later (server-side
+// exponential backoff, or the delay of a RetryAfter error) until the topic's
+// max_attempts moves it to the dead letters. When the next read follows at
+// once (the page was full, or a notification came in meanwhile), the ack of
+// a page that succeeded entirely is sent in one round trip together with
+// that read (a pipeline that runs as one transaction: one commit instead of
+// two); Config.DisablePipelinedAck turns that off.
+//
+//	c, err := client.NewConsumer(pool, client.Config{Topic: "orders.created", Group: "billing"},
+//	    func(ctx context.Context, m *client.Delivery) error {
+//	        return bill(ctx, m.Payload)
+//	    })
+//	err = c.Run(ctx) // until ctx is cancelled
+//
+// A TxHandler (NewTxConsumer) instead runs each message in its own
+// transaction and acks it in that same transaction: the business writes and
+// the ack commit or roll back together, so a database side effect happens
+// once even if the consumer crashes between the two.
+//
+// Wake-up: the consumer LISTENs on the topic's channel (fanout.topics.channel;
+// one NOTIFY per publishing statement) on a dedicated connection, and reads
+// again right away after a full page, on a notification, or every
+// PollInterval at the latest (the fallback when notifications are lost, the
+// listener connection is down, or the topic was created with notify => false,
+// in which case the consumer does not LISTEN at all).
+//
+// Graceful stop: when the context passed to Run is cancelled, the consumer
+// stops reading, finishes the page it holds (handlers keep running with a
+// context that is not cancelled, bounded by Config.StopTimeout), settles it,
+// and Run returns nil.
+//
+// Delivery is at least once: a consumer that dies mid-page leaves its lease
+// to expire, and the page's un-acked messages are delivered again (attempt
+// grows). Handlers must be idempotent or use a TxHandler.
+package client
