@@ -7,6 +7,7 @@
 -- A message whose delivery would exceed the topic's max_attempts goes to the
 -- group's dead letters instead. Members of one group never hold the same
 -- message under unexpired leases. Counts as a heartbeat of group and consumer.
+-- An idle poll (nothing to hand out, heartbeat fresh) locks and writes nothing.
 -- Must run in READ COMMITTED (the default) so that each statement sees what
 -- the previous reader of the group committed.
 -- Returns one row per message: lease_id, message_id, payload, headers,
@@ -64,6 +65,17 @@ BEGIN
             USING ERRCODE = 'PGQ09';
     END IF;
     v_t := fanout._topic(p_topic);
+    IF fanout._group_idle(v_t, p_group, v_now) THEN
+        -- Nothing to hand out: no lock, no write.
+        IF p_consumer IS NOT NULL THEN
+            PERFORM fanout._touch_member(
+                (SELECT g.group_id FROM fanout.consumer_group g
+                 WHERE g.topic_id = v_t.topic_id
+                   AND g.group_name IS NOT DISTINCT FROM CASE WHEN v_t.semantics = 'pubsub' THEN p_group END),
+                p_consumer, v_now);
+        END IF;
+        RETURN;
+    END IF;
     v_g := fanout._lock_group(v_t, p_group, true);
     IF v_g.status <> 'active' THEN
         RETURN;  -- paused: keeps its position, receives nothing

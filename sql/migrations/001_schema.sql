@@ -103,7 +103,7 @@ CREATE TABLE fanout.lease (
     min_id      bigint NOT NULL,                  -- pins partitions while open
     closed_at   timestamptz                       -- set when open_count reaches 0
 );
-CREATE INDEX lease_open_idx ON fanout.lease (group_id, expires_at) WHERE open_count > 0;
+CREATE INDEX lease_open_idx ON fanout.lease (group_id, expires_at, lease_id) WHERE open_count > 0;
 CREATE INDEX lease_closed_idx ON fanout.lease (closed_at) WHERE open_count = 0;
 
 -- Messages waiting for redelivery after nack (or dead-letter replay).

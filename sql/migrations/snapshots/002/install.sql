@@ -16,6 +16,7 @@
 {{ template "fanout._detect_dead_groups.sql" . }}
 {{ template "fanout._group_for_admin.sql" . }}
 {{ template "fanout._group_has_backlog.sql" . }}
+{{ template "fanout._group_idle.sql" . }}
 {{ template "fanout._group_passed.sql" . }}
 {{ template "fanout._group_pins.sql" . }}
 {{ template "fanout._group_unread.sql" . }}
