@@ -27,6 +27,7 @@ SET search_path = pg_catalog, fanout, pg_temp
 -- (often missing) statistics of young partitions make the planner guess
 -- (and the disabled-path costs must not trigger JIT compilation).
 SET enable_bitmapscan = off
+SET enable_seqscan = off
 SET enable_sort = off
 SET jit = off
 AS $fn$
