@@ -13,12 +13,16 @@
 -- skipped, as are closed partitions that cannot hold the scanned txids, and
 -- in reference mode messages that do not require the group.
 --
--- The caller holds the group row FOR UPDATE and writes the returned state
--- back (o_changed). Reads fanout.consumer_group, fanout.partition and the
+-- The aggregates read the ordered page as it comes (one pass, arrays in
+-- (txid, id) order, parallel). The page comes back with its messages (payload, headers, message_group,
+-- published_at as arrays parallel to o_ids), so the caller needs no second
+-- look-up. The caller holds the group row FOR UPDATE and writes the
+-- returned state back (o_changed). Reads fanout.consumer_group, fanout.partition and the
 -- topic's message table.
 CREATE OR REPLACE FUNCTION fanout._window_page(
     p_group_id bigint, p_topic_id bigint, p_table text, p_limit int,
     OUT o_ids bigint[], OUT o_txids xid8[],
+    OUT o_payloads jsonb[], OUT o_headers jsonb[], OUT o_groups text[], OUT o_published timestamptz[],
     OUT o_lo pg_snapshot, OUT o_hi pg_snapshot, OUT o_cur_txid xid8, OUT o_cur_id bigint,
     OUT o_changed boolean)
 LANGUAGE plpgsql
@@ -39,6 +43,10 @@ DECLARE
     v_hi_xip  xid8[];
     v_ids     bigint[];
     v_txids   xid8[];
+    v_pl      jsonb[];
+    v_hd      jsonb[];
+    v_gr      text[];
+    v_pa      timestamptz[];
     v_got     int;
     v_min_id  bigint;
     v_new     pg_snapshot;
@@ -55,6 +63,10 @@ BEGIN
     END IF;
     o_ids := '{}';
     o_txids := '{}';
+    o_payloads := '{}';
+    o_headers := '{}';
+    o_groups := '{}';
+    o_published := '{}';
     o_changed := false;
     LOOP
         v_lo_xmax := pg_snapshot_xmax(o_lo);
@@ -65,15 +77,23 @@ BEGIN
             IF cardinality(v_lo_xip) > 0 THEN
                 v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_lo_xip[1]));
                 EXECUTE format(
-                    'SELECT array_agg(s.id ORDER BY s.txid, s.id), array_agg(s.txid ORDER BY s.txid, s.id)
-                     FROM (SELECT m.txid, m.id FROM fanout_data.%I m
+                    'SELECT array_agg(s.id), array_agg(s.txid),
+                            array_agg(s.payload), array_agg(s.headers),
+                            array_agg(s.message_group),
+                            array_agg(s.published_at)
+                     FROM (SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at
+                           FROM fanout_data.%I m
                            WHERE m.txid = ANY($1) AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 %s
                            ORDER BY m.txid, m.id LIMIT $5) s', p_table, v_filter)
-                    INTO v_ids, v_txids USING v_lo_xip, o_cur_txid, o_cur_id, v_min_id, v_left;
+                    INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa USING v_lo_xip, o_cur_txid, o_cur_id, v_min_id, v_left;
                 v_got := coalesce(cardinality(v_ids), 0);
                 IF v_got > 0 THEN
                     o_ids := o_ids || v_ids;
                     o_txids := o_txids || v_txids;
+                    o_payloads := o_payloads || v_pl;
+                    o_headers := o_headers || v_hd;
+                    o_groups := o_groups || v_gr;
+                    o_published := o_published || v_pa;
                     o_cur_txid := v_txids[v_got];
                     o_cur_id := v_ids[v_got];
                     o_changed := true;
@@ -91,16 +111,25 @@ BEGIN
         IF o_cur_txid < pg_snapshot_xmax(o_hi) THEN
             v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, o_cur_txid));
             EXECUTE format(
-                'SELECT array_agg(s.id ORDER BY s.txid, s.id), array_agg(s.txid ORDER BY s.txid, s.id)
-                 FROM (SELECT m.txid, m.id FROM fanout_data.%I m
+                'SELECT array_agg(s.id), array_agg(s.txid),
+                        array_agg(s.payload), array_agg(s.headers),
+                        array_agg(s.message_group),
+                        array_agg(s.published_at)
+                 FROM (SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at
+                       FROM fanout_data.%I m
                        WHERE m.txid >= $1 AND m.txid < $2 AND (m.txid, m.id) > ($1, $3)
                          AND m.txid <> ALL ($4) AND m.id >= $5 %s
                        ORDER BY m.txid, m.id LIMIT $6) s', p_table, v_filter)
-                INTO v_ids, v_txids USING o_cur_txid, pg_snapshot_xmax(o_hi), o_cur_id, v_hi_xip, v_min_id, v_left;
+                INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa
+                USING o_cur_txid, pg_snapshot_xmax(o_hi), o_cur_id, v_hi_xip, v_min_id, v_left;
             v_got := coalesce(cardinality(v_ids), 0);
             IF v_got > 0 THEN
                 o_ids := o_ids || v_ids;
                 o_txids := o_txids || v_txids;
+                o_payloads := o_payloads || v_pl;
+                o_headers := o_headers || v_hd;
+                o_groups := o_groups || v_gr;
+                o_published := o_published || v_pa;
                 o_cur_txid := v_txids[v_got];
                 o_cur_id := v_ids[v_got];
                 o_changed := true;

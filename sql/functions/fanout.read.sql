@@ -7,7 +7,8 @@
 -- A message whose delivery would exceed the topic's max_attempts goes to the
 -- group's dead letters instead. Members of one group never hold the same
 -- message under unexpired leases. Counts as a heartbeat of group and consumer.
--- An idle poll (nothing to hand out, heartbeat fresh) locks and writes nothing.
+-- An idle poll (nothing to hand out, heartbeat fresh) locks and writes nothing
+-- (checked first only when the session's previous read of the group was empty).
 -- Must run in READ COMMITTED (the default) so that each statement sees what
 -- the previous reader of the group committed.
 -- Returns one row per message: lease_id, message_id, payload, headers,
@@ -45,6 +46,8 @@ DECLARE
     v_lease_id  bigint;
     v_w         record;
     v_moved     boolean := false;
+    v_hint      text;
+    v_nw        int;
     r           record;
     v_take      record;
     v_dead_ids  bigint[];
@@ -65,7 +68,10 @@ BEGIN
             USING ERRCODE = 'PGQ09';
     END IF;
     v_t := fanout._topic(p_topic);
-    IF fanout._group_idle(v_t, p_group, v_now) THEN
+    -- Only a session whose last read of this group found nothing peeks first
+    -- (a busy consumer would pay for the peek on every page).
+    v_hint := format('fanout.idle_%s_%s', v_t.topic_id, abs(hashtext(coalesce(p_group, ''))));
+    IF current_setting(v_hint, true) = 'y' AND fanout._group_idle(v_t, p_group, v_now) THEN
         -- Nothing to hand out: no lock, no write.
         IF p_consumer IS NOT NULL THEN
             PERFORM fanout._touch_member(
@@ -152,6 +158,7 @@ BEGIN
     END IF;
 
     -- 3. The group's stream.
+    v_nw := cardinality(v_ids);
     IF v_left > 0 THEN
         SELECT * INTO v_w FROM fanout._window_page(v_g.group_id, v_t.topic_id, v_t.data_table, v_left);
         IF v_w.o_changed THEN
@@ -181,6 +188,7 @@ BEGIN
         PERFORM fanout._touch_member(v_g.group_id, p_consumer, v_now);
     END IF;
 
+    PERFORM set_config(v_hint, CASE WHEN cardinality(v_ids) = 0 THEN 'y' ELSE 'n' END, false);
     IF cardinality(v_ids) = 0 THEN
         RETURN;
     END IF;
@@ -190,13 +198,23 @@ BEGIN
             cardinality(v_ids), (SELECT min(x) FROM unnest(v_ids) AS x))
     RETURNING l.lease_id INTO v_lease_id;
 
-    -- One index look-up per message (OFFSET 0 keeps the planner from
-    -- hashing the whole table).
-    RETURN QUERY EXECUTE format(
-        'SELECT $1::bigint, m.id, m.payload, m.headers, m.message_group, m.published_at, u.att
-         FROM unnest($2::bigint[], $3::xid8[], $4::int[]) WITH ORDINALITY AS u(id, tx, att, ord)
-         CROSS JOIN LATERAL (SELECT * FROM fanout_data.%I x WHERE x.txid = u.tx AND x.id = u.id OFFSET 0) m
-         ORDER BY u.ord', v_t.data_table)
-        USING v_lease_id, v_ids, v_txids, v_att;
+    -- Taken-over and retried messages: one index look-up each (OFFSET 0 keeps
+    -- the planner from hashing the whole table). The stream's page came back
+    -- with its messages.
+    IF v_nw > 0 THEN
+        RETURN QUERY EXECUTE format(
+            'SELECT $1::bigint, m.id, m.payload, m.headers, m.message_group, m.published_at, u.att
+             FROM unnest($2::bigint[], $3::xid8[], $4::int[]) WITH ORDINALITY AS u(id, tx, att, ord)
+             CROSS JOIN LATERAL (SELECT * FROM fanout_data.%I x WHERE x.txid = u.tx AND x.id = u.id OFFSET 0) m
+             ORDER BY u.ord', v_t.data_table)
+            USING v_lease_id, v_ids[1:v_nw], v_txids[1:v_nw], v_att[1:v_nw];
+    END IF;
+    IF cardinality(v_ids) > v_nw THEN
+        RETURN QUERY
+        SELECT v_lease_id, u.id, u.p, u.h, u.g, u.pa, 1
+        FROM unnest(v_w.o_ids, v_w.o_payloads, v_w.o_headers, v_w.o_groups, v_w.o_published)
+             WITH ORDINALITY AS u(id, p, h, g, pa, ord)
+        ORDER BY u.ord;
+    END IF;
 END
 $fn$;
