@@ -23,6 +23,31 @@ check() { # check NAME SQL -> SQL must print t
   if [ "$got" = "t" ]; then echo "ok   $1"; else echo "FAIL $1: $got"; fail=1; fi
 }
 
+# Pub/sub (the README walkthrough): two groups each get every message.
+check "create pubsub topic" "SELECT fanout.create_topic('orders.events', semantics => 'pubsub') > 0"
+check "subscribe email (latest)" "SELECT status = 'active' FROM fanout.subscribe('orders.events', 'email')"
+check "subscribe analytics (earliest)" \
+  "SELECT status = 'active' FROM fanout.subscribe('orders.events', 'analytics', start_position => 'earliest')"
+check "publish" "SELECT fanout.publish('orders.events', '{\"order\": 1, \"total\": 42.50}') > 0"
+check "publish_batch keeps input order" \
+  "SELECT array_agg(id ORDER BY ord) = array_agg(id ORDER BY id)
+     FROM fanout.publish_batch('orders.events', ARRAY['{\"order\": 2}', '{\"order\": 3}']::jsonb[]) WITH ORDINALITY AS p(id, ord)"
+check "email reads all three" \
+  "SELECT count(*) = 3 FROM fanout.read('orders.events', 'email', 'email-worker-1', max_messages => 10)"
+check "email acks its lease" \
+  "SELECT fanout.ack(max(l.lease_id)) = 3 FROM fanout.lease l JOIN fanout.consumer_group g USING (group_id) WHERE g.group_name = 'email'"
+check "analytics gets its own copy" \
+  "SELECT count(*) = 2 FROM fanout.read('orders.events', 'analytics', 'etl-1', max_messages => 2)"
+check "analytics acks one, nacks one" \
+  "SELECT fanout.ack(l.lease_id, ARRAY[l.msg_ids[2]]) = 1 AND fanout.nack(l.lease_id, ARRAY[l.msg_ids[1]], retry_in => '5 seconds', error => 'warehouse down') = 1
+     FROM fanout.lease l JOIN fanout.consumer_group g USING (group_id) WHERE g.group_name = 'analytics'"
+check "groups view" \
+  "SELECT bool_and(CASE group_name WHEN 'email' THEN lag_messages = 0 AND in_flight = 0
+                                   ELSE lag_messages = 1 AND retry_pending = 1 END) FROM fanout.groups WHERE topic = 'orders.events'"
+check "message_status" \
+  "SELECT bool_and(CASE group_name WHEN 'email' THEN status = 'acked' ELSE status = 'retry' END)
+     FROM fanout.message_status('orders.events', 1)"
+
 # Queue topic: publish, read, ack.
 check "create queue topic" "SELECT fanout.create_topic('orders.tasks') > 0"
 check "publish" "SELECT fanout.publish('orders.tasks', '{\"order\":1}') > 0"
@@ -49,6 +74,6 @@ check "replayed message readable" "SELECT count(*) = 1 FROM fanout.read('orders.
 check "unknown topic is PGQ01" \
   "DO \$\$ BEGIN PERFORM fanout.publish('nope', '{}'); EXCEPTION WHEN SQLSTATE 'PGQ01' THEN RAISE NOTICE 'ok'; END \$\$; SELECT true"
 check "maintenance round runs" "SELECT fanout.run_maintenance() >= 0"
-check "topics view" "SELECT count(*) = 2 FROM fanout.topics"
+check "topics view" "SELECT count(*) = 3 FROM fanout.topics"
 
 if [ $fail = 0 ]; then echo "e2e_psql: all checks passed"; else echo "e2e_psql: FAILED"; exit 1; fi
