@@ -26,7 +26,9 @@ run: build
 	fi; \
 	export DATABASE_URL; \
 	$(BIN) migrate; \
-	echo "pgq: psql \"$$DATABASE_URL\"   |   metrics: http://$(LISTEN)/metrics   |   status: $(BIN) status"; \
+	echo "pgq: psql \"$$DATABASE_URL\""; \
+	echo "pgq: metrics and health: http://$(LISTEN)/metrics  http://$(LISTEN)/healthz"; \
+	echo "pgq: status: DATABASE_URL=\"$$DATABASE_URL\" $(BIN) status"; \
 	exec $(BIN) run --listen $(LISTEN)
 
 test: build
