@@ -1,12 +1,14 @@
--- fanout._lock_group(p_t, p_group_name, p_resurrect): the consumer group a
--- call acts on, locked FOR UPDATE (claims within one group are serialised;
+-- fanout._lock_group(p_t, p_group_name, p_resurrect, p_any_status): the
+-- consumer group a call acts on, locked FOR UPDATE (claims within one group are serialised;
 -- different groups never wait for each other).
 -- Queue topics have one implicit group and ignore p_group_name (attribution
 -- only). On pubsub topics p_group_name is required. With p_resurrect, a dead
--- group becomes active again (a read or heartbeat proves it is alive).
+-- group becomes active again (a read or heartbeat proves it is alive). With
+-- p_any_status a cancelled group is returned instead of refused.
 -- Raises: PGQ13 group_name missing on a pubsub topic, PGQ14 unknown group,
 -- PGQ16 cancelled group. Tables: fanout.consumer_group.
-CREATE OR REPLACE FUNCTION fanout._lock_group(p_t fanout.topic, p_group_name text, p_resurrect boolean)
+CREATE OR REPLACE FUNCTION fanout._lock_group(
+    p_t fanout.topic, p_group_name text, p_resurrect boolean, p_any_status boolean DEFAULT false)
 RETURNS fanout.consumer_group
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
@@ -29,7 +31,7 @@ BEGIN
         RAISE EXCEPTION 'group % is not subscribed to topic %', quote_literal(p_group_name), quote_literal(p_t.topic)
             USING ERRCODE = 'PGQ14', HINT = 'subscribe it with fanout.subscribe()';
     END IF;
-    IF v_g.status = 'cancelled' THEN
+    IF v_g.status = 'cancelled' AND NOT p_any_status THEN
         RAISE EXCEPTION 'group % of topic % is cancelled', quote_literal(p_group_name), quote_literal(p_t.topic)
             USING ERRCODE = 'PGQ16';
     END IF;
