@@ -532,3 +532,25 @@ func TestPubsubBadInput(t *testing.T) {
 	require.Equal(t, "active", status)
 	require.Equal(t, int64(1), b.scalar(t, "SELECT count(*) FROM fanout.groups WHERE group_name = $1", weird))
 }
+
+// Acks are signs of life: a member that keeps acking a long page, without
+// reading or heartbeating, does not get its group declared dead.
+func TestPubsubAcksKeepGroupAlive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const topic = "acks"
+	b.createTopic(t, b.Pool, topic, "semantics => 'pubsub'")
+	b.subscribe(t, topic, "slow", "heartbeat_timeout => '2 seconds'", "dead_after_misses => 1")
+	ids := b.publishN(t, topic, 3)
+	ms := b.read(t, b.Pool, topic, ptr("slow"), "worker", 10, "1 hour")
+	require.Len(t, ms, 3)
+	// Long after the read, the member acks one message.
+	time.Sleep(2100 * time.Millisecond)
+	b.ack(t, b.Pool, ms[0].LeaseID, ids[:1])
+	_, err := b.Pool.Exec(b.ctx, "SELECT fanout._detect_dead_groups()")
+	require.NoError(t, err)
+	require.Equal(t, "active", b.groupStatus(t, topic, "slow"), "the ack counted as a sign of life")
+	_, err = b.Pool.Exec(b.ctx, "SELECT fanout._detect_dead_groups(now() + interval '3 seconds')")
+	require.NoError(t, err)
+	require.Equal(t, "dead", b.groupStatus(t, topic, "slow"), "and without any sign of life it dies")
+}

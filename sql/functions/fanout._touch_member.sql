@@ -1,5 +1,5 @@
 -- fanout._touch_member(p_group_id, p_consumer, p_now): records that a member
--- of a group was seen, at most once every 5 seconds per member so that
+-- of a group was seen, at most once a second per member so that
 -- thousands of members do not hammer one row. When the row is fresh nothing
 -- is locked or written (an upsert's ON CONFLICT DO UPDATE ... WHERE would
 -- lock it). Tables: fanout.member.
@@ -10,7 +10,7 @@ SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 BEGIN
     UPDATE fanout.member m SET last_seen = p_now
-    WHERE m.group_id = p_group_id AND m.consumer = p_consumer AND m.last_seen < p_now - interval '5 seconds';
+    WHERE m.group_id = p_group_id AND m.consumer = p_consumer AND m.last_seen < p_now - interval '1 second';
     IF NOT FOUND THEN
         INSERT INTO fanout.member (group_id, consumer, last_seen) VALUES (p_group_id, p_consumer, p_now)
         ON CONFLICT (group_id, consumer) DO NOTHING;

@@ -1,6 +1,7 @@
 -- fanout._lock_lease(p_lease_id): the lease row, locked FOR UPDATE (so that an
--- ack and a takeover by another reader are serialised).
--- Raises: PGQ03 NULL id, PGQ10 unknown lease. Tables: fanout.lease.
+-- ack and a takeover by another reader are serialised). Records the lease's
+-- consumer as alive (fanout._touch_member).
+-- Raises: PGQ03 NULL id, PGQ10 unknown lease. Tables: fanout.lease, fanout.member.
 CREATE OR REPLACE FUNCTION fanout._lock_lease(p_lease_id bigint)
 RETURNS fanout.lease
 LANGUAGE plpgsql
@@ -16,6 +17,10 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'lease % does not exist', p_lease_id
             USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
+    END IF;
+    IF v_l.consumer IS NOT NULL THEN
+        -- Acks, nacks and extensions are signs of life too (throttled per member).
+        PERFORM fanout._touch_member(v_l.group_id, v_l.consumer, clock_timestamp());
     END IF;
     RETURN v_l;
 END

@@ -1,7 +1,7 @@
 -- fanout.heartbeat(topic, group_name, consumer): tells pgq that a consumer of
 -- the group is alive (reads and acks count too). A dead group comes back to
--- life. Writes are throttled (at most one per second per group, one per five
--- seconds per member) so thousands of members do not hammer one row.
+-- life. Writes are throttled (at most one per second per group, one per
+-- second per member) so thousands of members do not hammer one row.
 -- Returns the group's status, so a consumer learns it was paused or
 -- cancelled ('active' on queue topics).
 -- Raises: PGQ01, PGQ04 (bad consumer name), PGQ13, PGQ14.
