@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+func init() { register(70, matrixScenario{}) }
+
+// matrixScenario: the seed's pre-GA write-amplification matrix LT-1..LT-7,
+// scaled to this machine. Each row is a fresh database with one pubsub
+// topic (reference mode with 4/8/16/32 groups, offset mode with 16/64/100
+// groups), a publisher at a fixed rate (1 message per transaction), and
+// every group draining with fanout.read(…, 100) + fanout.ack on 4 shared
+// connections (round-robin over the groups). A maintenance tick closes the
+// open partition (fanout._manage_partitions with the clock 2 h ahead, as if
+// partition_interval had passed) and runs fanout.run_maintenance with the
+// same clock (retention 1 minute, so a closed partition may go as soon as
+// every group is done with it).
+type matrixScenario struct{}
+
+func (matrixScenario) Name() string { return "matrix" }
+func (matrixScenario) Title() string {
+	return "7. seed matrix LT-1..LT-7: write amplification at a fixed publish rate (reference 4/8/16/32, offset 16/64/100 groups)"
+}
+
+type matrixRow struct {
+	id         string
+	completion string
+	groups     int
+}
+
+var matrixRows = []matrixRow{
+	{"LT-1", "reference", 4}, {"LT-2", "reference", 8}, {"LT-3", "reference", 16}, {"LT-4", "reference", 32},
+	{"LT-5", "offset", 16}, {"LT-6", "offset", 64}, {"LT-7", "offset", 100},
+}
+
+const (
+	matrixRate    = 200.0
+	matrixWorkers = 4
+)
+
+type matrixTick struct {
+	At        float64 `json:"t_s"`
+	Closed    int64   `json:"published_before_rotation"`
+	Reclaimed int64   `json:"reclaimed"`
+	Retained  int64   `json:"retained"`
+	Dropped   int64   `json:"maintenance_work"`
+}
+
+func (matrixScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
+	d := env.Dur(12*time.Second, 4*time.Second)
+	tick := env.Dur(2*time.Second, time.Second)
+	env.Baseline("matrix: publish rate",
+		fmt.Sprintf("production: %g msg/s fixed-rate publish (1 msg/txn, %d publisher connections) for %s per row (%s), "+
+			"every group draining with fanout.read(max 100)+fanout.ack on %d shared connections; a maintenance tick every %s "+
+			"rotates the partition and runs fanout.run_maintenance(now() + 2 h). Cleanup rate = messages reclaimed "+
+			"(published − retained in fanout.topics) per second between the first and the last tick; production rate = "+
+			"messages published before each rotation per second over the same ticks",
+			matrixRate, matrixWorkers, d, map[bool]string{true: "seed run length scaled down to 4 s per row by -quick",
+				false: "seed run length scaled down to 12 s per row so that make bench fits ≈ 12 min on 2 cores"}[env.Quick],
+			matrixWorkers, tick))
+	var out []Result
+	dl0 := ackDeadlocks.Load()
+	defer func() {
+		if n := ackDeadlocks.Load() - dl0; n > 0 {
+			env.Logf("fanout.ack failed with deadlock_detected (40P01) %d time(s) during the matrix (retried)", n)
+		}
+	}()
+	for _, row := range matrixRows {
+		rs, err := runMatrixRow(ctx, env, row, d, tick)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", row.id, err)
+		}
+		out = append(out, rs...)
+	}
+	n := ackDeadlocks.Load() - dl0
+	out = append(out, Result{Scenario: "matrix", Case: "fanout.ack deadlocks (40P01), all rows (info)", Unit: "acks",
+		Value: float64(n), Ratio: ratio(0, 0), ValueText: fmt.Sprintf("%d (retried)", n),
+		Note: "reference mode: concurrent acks of different groups update the same message rows' completed_groups " +
+			"(fanout._complete_bits: UPDATE … WHERE id = ANY(…), row lock order not fixed); the harness retries the ack"})
+	return out, nil
+}
+
+func runMatrixRow(ctx context.Context, env *Env, row matrixRow, d, tick time.Duration) ([]Result, error) {
+	db, err := env.NewDB(ctx, "matrix", 16)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	topic := "lt." + row.completion
+	if _, err := db.Pool.Exec(ctx, `SELECT fanout.create_topic($1, semantics => 'pubsub', completion => $2,
+		retention => '1 minute', partition_interval => '1 minute', zero_subscription_retention => '1 minute')`,
+		topic, row.completion); err != nil {
+		return nil, fmt.Errorf("create topic: %w", err)
+	}
+	groups := make([]string, row.groups)
+	for g := range groups {
+		groups[g] = fmt.Sprintf("g%03d", g)
+		if _, err := db.Pool.Exec(ctx, `SELECT * FROM fanout.subscribe($1, $2, start_position => 'latest',
+			heartbeat_timeout => '1 day')`, topic, groups[g]); err != nil {
+			return nil, fmt.Errorf("subscribe %s: %w", groups[g], err)
+		}
+	}
+	// Consumers: matrixWorkers connections, each round-robin over its groups.
+	cctx, stopConsumers := context.WithCancel(ctx)
+	defer stopConsumers()
+	var wg sync.WaitGroup
+	lat := make([][]time.Duration, matrixWorkers)
+	var delivered, maxPage atomic.Int64
+	errc := make(chan error, matrixWorkers+1)
+	for w := 0; w < matrixWorkers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for cctx.Err() == nil {
+				got := 0
+				for g := w; g < len(groups); g += matrixWorkers {
+					r, err := readAck(cctx, db.Pool, topic, groups[g], fmt.Sprintf("c%d", w), 100, nil)
+					if err != nil {
+						if cctx.Err() == nil {
+							errc <- err
+						}
+						return
+					}
+					lat[w] = append(lat[w], r.Fetch)
+					got += r.N
+					delivered.Add(int64(r.N))
+					if int64(r.N) > maxPage.Load() {
+						maxPage.Store(int64(r.N))
+					}
+				}
+				if got == 0 {
+					time.Sleep(2 * time.Millisecond)
+				}
+			}
+		}(w)
+	}
+	// Maintenance on its own connection, counting "partition … is busy"
+	// notices: a drop that could not get its lock within 200 ms.
+	var busy atomic.Int64
+	mcfg, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		return nil, err
+	}
+	mcfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if strings.Contains(n.Message, "busy") {
+			busy.Add(1)
+		}
+	}
+	mconn, err := pgx.ConnectConfig(ctx, mcfg)
+	if err != nil {
+		return nil, err
+	}
+	defer mconn.Close(context.WithoutCancel(ctx))
+	wal0, err := walLSN(ctx, db.Pool)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	pub := startPublisher(ctx, db.Pool, topic, matrixRate, matrixWorkers)
+	var ticks []matrixTick
+	var bloats []bloatSample
+	var maintErr error
+	for time.Since(start) < d && maintErr == nil {
+		select {
+		case <-ctx.Done():
+			maintErr = ctx.Err()
+			continue
+		case err := <-errc:
+			maintErr = err
+			continue
+		case <-time.After(tick):
+		}
+		b, err := sampleBloat(ctx, db.Pool, topic)
+		if err != nil {
+			maintErr = err
+			break
+		}
+		bloats = append(bloats, b)
+		closed := pub.Count.Load()
+		if err := rotate(ctx, db.Pool); err != nil {
+			maintErr = err
+			break
+		}
+		var work int64
+		if err := mconn.QueryRow(ctx, `SELECT fanout.run_maintenance(now() + interval '2 hours')`).Scan(&work); err != nil {
+			maintErr = fmt.Errorf("run_maintenance: %w", err)
+			break
+		}
+		now := pub.Count.Load()
+		retained, _, err := topicSize(ctx, db.Pool, topic)
+		if err != nil {
+			maintErr = err
+			break
+		}
+		ticks = append(ticks, matrixTick{At: time.Since(start).Seconds(), Closed: closed, Reclaimed: now - retained,
+			Retained: retained, Dropped: work})
+	}
+	perr := pub.Stop()
+	elapsed := time.Since(start)
+	wal1, err := walLSN(ctx, db.Pool)
+	if err != nil {
+		return nil, err
+	}
+	stopConsumers()
+	wg.Wait()
+	if maintErr != nil {
+		return nil, maintErr
+	}
+	if perr != nil {
+		return nil, fmt.Errorf("publish: %w", perr)
+	}
+	select {
+	case err := <-errc:
+		return nil, err
+	default:
+	}
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	fetch := summarize(all)
+	published := pub.Count.Load()
+	walPerMsg := float64(wal1-wal0) / float64(max(published, 1))
+	if len(ticks) < 3 || len(bloats) == 0 {
+		return nil, fmt.Errorf("only %d maintenance ticks in %s", len(ticks), d)
+	}
+	first, last := ticks[0], ticks[len(ticks)-1]
+	span := last.At - first.At
+	cleanRate := float64(last.Reclaimed-first.Reclaimed) / span
+	prodRate := float64(last.Closed-first.Closed) / span
+	// Keeping up: everything closed one tick earlier has been reclaimed.
+	keepsUp := last.Reclaimed >= ticks[len(ticks)-2].Closed
+	// Bloat swings with autovacuum (a vacuum of fanout.lease takes it from
+	// ~80 % to ~0): judge the mean over the ticks, show the max.
+	bl := bloats[len(bloats)-1]
+	maxBloat, meanBloat, meanMsg := 0.0, 0.0, 0.0
+	for _, b := range bloats {
+		maxBloat = max(maxBloat, b.Pct)
+		meanBloat += b.Pct / float64(len(bloats))
+		if b.MsgDead+b.MsgLive > 0 {
+			meanMsg += 100 * float64(b.MsgDead) / float64(b.MsgDead+b.MsgLive) / float64(len(bloats))
+		}
+	}
+	env.Logf("%s %s %3d groups: published %d (%.0f/s), delivered %d, fetch %s, bloat %.1f%% (max %.1f%%), "+
+		"mean %.1f%%, WAL %.0f B/msg, cleanup %.0f/s vs production %.0f/s, retained at end %d, partition drops that timed out on their lock %d, "+
+		"ack deadlocks retried so far %d; dead/live msg %d/%d lease %d/%d consumer_group %d/%d",
+		row.id, row.completion, row.groups, published, float64(published)/elapsed.Seconds(), delivered.Load(), fetch,
+		bl.Pct, maxBloat, meanBloat, walPerMsg, cleanRate, prodRate, last.Retained, busy.Load(), ackDeadlocks.Load(),
+		bl.MsgDead, bl.MsgLive, bl.LeaseDead, bl.LeaseLive, bl.GroupDead, bl.GroupLive)
+
+	label := fmt.Sprintf("%s %s, %d groups", row.id, row.completion, row.groups)
+	details := map[string]any{"groups": row.groups, "completion": row.completion, "rate": matrixRate,
+		"seconds": elapsed.Seconds(), "published": published, "delivered": delivered.Load(),
+		"max_page": maxPage.Load(), "fetch": fetch, "bloat_last": bl, "bloat_max_pct": maxBloat, "bloat_mean_pct": meanBloat, "message_tables_bloat_mean_pct": meanMsg,
+		"wal_bytes": wal1 - wal0, "ticks": ticks, "drops_lock_timeout": busy.Load()}
+	fetchRow := Result{Scenario: "matrix", Case: label + ": fetch", Unit: "ms", Value: fetch.P95, Ratio: ratio(0, 0),
+		ValueText: fmt.Sprintf("p50 %s / p95 %s / p99 %s ms", fmtMs(fetch.P50), fmtMs(fetch.P95), fmtMs(fetch.P99)),
+		Target:    "fetch p95 < 10 ms", Pass: boolp(fetch.N > 0 && fetch.P95 < 10), Details: details}
+	bloatRow := Result{Scenario: "matrix", Case: label + ": bloat", Unit: "%", Value: meanBloat, Ratio: ratio(0, 0),
+		ValueText: fmt.Sprintf("%.1f %% (max %.1f %%; message tables alone %.1f %%)", meanBloat, maxBloat, meanMsg),
+		Target:    "bloat < 20 %", Pass: boolp(meanBloat < 20),
+		Note: "bloat = n_dead_tup / (n_live_tup + n_dead_tup) summed over the topic's message partitions, fanout.lease " +
+			"and fanout.consumer_group (pg_stat_user_tables), sampled at every maintenance tick under load: mean over the ticks " +
+			"(judged), max, and the mean for the message partitions alone. The maintenance clock runs 2 h ahead, so " +
+			"fanout._cleanup_bookkeeping deletes closed leases every tick: their dead versions count until autovacuum"}
+	walRow := Result{Scenario: "matrix", Case: label + ": WAL per message", Unit: "B/msg", Value: walPerMsg, Ratio: ratio(0, 0),
+		Note: "WAL = pg_current_wal_lsn() difference over the whole row (publish, reads, acks, maintenance) / messages published; " +
+			"the WAL position is server-wide, so anything else writing on the server at the same time counts too"}
+	cleanRow := throughputRow("matrix", label+": cleanup vs production", "msg/s", cleanRate, prodRate, "matrix: publish rate", 0)
+	cleanRow.Target = "cleanup ≥ production"
+	cleanRow.MinRatio = 1
+	cleanRow.Pass = boolp(keepsUp && cleanRate >= 0.95*prodRate)
+	if busy.Load() > 0 {
+		cleanRow.ValueText = fmt.Sprintf("%s msg/s (%d drops hit lock_timeout)", fmtNum(cleanRate), busy.Load())
+	}
+	cleanRow.Note = "met when everything published before the previous rotation has been reclaimed at the last tick " +
+		"and the cleanup rate is within 5 % (tick granularity) of the production rate"
+	return []Result{fetchRow, bloatRow, walRow, cleanRow}, nil
+}
