@@ -8,11 +8,14 @@
 -- (a dead or zombie group, or anyone at max_retention) gets the unread rows
 -- counted in lost_messages (and the topic in dropped_unread), its leases and
 -- retries into the partition are dropped, and the loss goes to
--- fanout.event_log. No row is ever updated or deleted in a message table.
+-- fanout.event_log. No row is ever updated or deleted in a message table: a
+-- partition is emptied with TRUNCATE, which locks only the partition (readers
+-- lock the parent first, so dropping here could deadlock with them), and
+-- dropped, empty, as soon as its parent can be locked without waiting.
 -- A candidate is checked, then locked (ACCESS EXCLUSIVE, waiting at most
 -- 200 ms: a transaction still writing into it keeps it for a later round),
 -- then checked again, so a message committed in between is never lost.
--- Bounded: at most 10 partitions per call. Returns how many were dropped;
+-- Bounded: at most 10 partitions per call. Returns how many were emptied;
 -- call again while it returns > 0. Takes its own advisory lock.
 -- Tables: fanout.partition, fanout.consumer_group, fanout.lease,
 -- fanout.retry, fanout.topic, fanout.event_log, fanout_data.*.
@@ -37,7 +40,7 @@ BEGIN
     FOR v_t IN SELECT * FROM fanout.topic t ORDER BY t.topic_id LOOP
         FOR v_p IN
             SELECT * FROM fanout.partition p
-            WHERE p.topic_id = v_t.topic_id AND p.closed_at IS NOT NULL
+            WHERE p.topic_id = v_t.topic_id AND p.closed_at IS NOT NULL AND p.truncated_at IS NULL
             ORDER BY p.part_no
         LOOP
             EXIT WHEN v_done >= 10;
@@ -86,10 +89,11 @@ BEGIN
                     END IF;
                 END LOOP;
 
-                PERFORM set_config('lock_timeout', '200ms', true);
-                EXECUTE format('DROP TABLE fanout_data.%I', v_p.relname);
-                PERFORM set_config('lock_timeout', v_timeout, true);
-                DELETE FROM fanout.partition p WHERE p.topic_id = v_p.topic_id AND p.part_no = v_p.part_no;
+                -- TRUNCATE locks only the partition (readers lock the parent
+                -- first, so a DROP here could deadlock with them).
+                EXECUTE format('TRUNCATE fanout_data.%I', v_p.relname);
+                UPDATE fanout.partition p SET truncated_at = clock_timestamp()
+                WHERE p.topic_id = v_p.topic_id AND p.part_no = v_p.part_no;
                 IF v_total > 0 THEN
                     UPDATE fanout.topic t SET dropped_unread = t.dropped_unread + v_total
                     WHERE t.topic_id = v_t.topic_id;
@@ -97,7 +101,20 @@ BEGIN
                 v_done := v_done + 1;
             EXCEPTION WHEN lock_not_available THEN
                 -- All of it or none: the subtransaction rolled back any counting.
-                RAISE NOTICE 'fanout: partition % is busy; dropping it later', v_p.relname;
+                RAISE NOTICE 'fanout: partition % is busy; emptying it later', v_p.relname;
+                EXIT;
+            END;
+        END LOOP;
+        -- Empty partitions go when the parent is free this instant (NOWAIT:
+        -- never queue in front of publishers and readers).
+        FOR v_p IN
+            SELECT * FROM fanout.partition p WHERE p.topic_id = v_t.topic_id AND p.truncated_at IS NOT NULL
+        LOOP
+            BEGIN
+                EXECUTE format('LOCK TABLE ONLY fanout_data.%I IN ACCESS EXCLUSIVE MODE NOWAIT', v_t.data_table);
+                EXECUTE format('DROP TABLE fanout_data.%I', v_p.relname);
+                DELETE FROM fanout.partition p WHERE p.topic_id = v_p.topic_id AND p.part_no = v_p.part_no;
+            EXCEPTION WHEN lock_not_available THEN
                 EXIT;
             END;
         END LOOP;

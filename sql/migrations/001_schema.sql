@@ -146,6 +146,7 @@ CREATE TABLE fanout.partition (
     created_xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
     closed_at   timestamptz,
     txid_bound  xid8,
+    truncated_at timestamptz,           -- emptied by cleanup; dropped when the parent is free
     PRIMARY KEY (topic_id, part_no)
 );
 

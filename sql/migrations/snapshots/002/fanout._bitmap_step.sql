@@ -75,8 +75,9 @@ BEGIN
     END IF;
 
     IF v_j.next_id <= v_j.upto_id THEN
+        -- Locked in id order, as acks lock them: no deadlock between the two.
         EXECUTE format('SELECT array_agg(s.id) FROM (SELECT id FROM fanout_data.%I
-                        WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3) s', v_t.data_table)
+                        WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3 FOR NO KEY UPDATE) s', v_t.data_table)
             INTO v_ids USING v_j.next_id, v_j.upto_id, v_j.batch_size;
         v_ids := coalesce(v_ids, '{}');
         EXECUTE format('UPDATE fanout_data.%I m SET %s WHERE m.id = ANY ($2) AND %s', v_t.data_table, v_set, v_where)

@@ -32,6 +32,11 @@ BEGIN
         RAISE EXCEPTION 'group % is paused; its acks are refused until it resumes', quote_literal(v_group)
             USING ERRCODE = 'PGQ15', DETAIL = 'current status: paused';
     END IF;
+    -- Lock the rows in id order first: acks of different groups on the same
+    -- messages (and bitmap jobs, which walk ids in order) never deadlock.
+    EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM fanout_data.%I m WHERE m.id = ANY ($1)
+                                          ORDER BY m.id FOR NO KEY UPDATE) s', v_table)
+        INTO v_n USING coalesce(p_only, p_ids);
     EXECUTE format(
         'UPDATE fanout_data.%I m SET completed_groups = m.completed_groups | $1
          WHERE m.id = ANY ($2)
