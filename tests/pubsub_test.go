@@ -527,7 +527,7 @@ func TestPubsubBadInput(t *testing.T) {
 	requireSQLState(t, exec("SELECT * FROM fanout.read('ps', 'g')"), "PGQ16")
 	requireSQLState(t, exec("SELECT fanout.seek('ps', 'g', 'earliest')"), "PGQ16")
 	// Quotes, semicolons and long names are data.
-	weird := "g'; DROP TABLE fanout.topic; --\"x\"" 
+	weird := "g'; DROP TABLE fanout.topic; --\"x\""
 	status, _ := b.subscribe(t, "ps", weird)
 	require.Equal(t, "active", status)
 	require.Equal(t, int64(1), b.scalar(t, "SELECT count(*) FROM fanout.groups WHERE group_name = $1", weird))
