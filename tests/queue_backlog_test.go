@@ -13,9 +13,6 @@ import (
 // over 100, every message arrives exactly once, and the slowest read call is
 // logged (no timed assertion on a shared machine).
 func TestQueueBacklogMillion(t *testing.T) {
-	if testing.Short() {
-		t.Skip("1,000,000-message backlog: skipped under -short")
-	}
 	t.Parallel()
 	b := setup(t)
 	const total, batch, page = 1_000_000, 10_000, 100
