@@ -492,6 +492,11 @@ func TestPubsubMessageStatus(t *testing.T) {
 	require.Equal(t, map[string]string{"a": "acked", "b": "pending"}, statuses())
 	_, err := b.Pool.Exec(b.ctx, "SELECT * FROM fanout.message_status($1, $2)", topic, id+1000)
 	requireSQLState(t, err, "PGQ18")
+	var named string
+	require.NoError(t, b.Pool.QueryRow(b.ctx,
+		"SELECT status FROM fanout.message_status(topic => $1, message_id => $2) WHERE group_name = 'a'",
+		topic, id).Scan(&named))
+	require.Equal(t, "acked", named, "named arguments work")
 }
 
 func TestPubsubBadInput(t *testing.T) {

@@ -203,3 +203,17 @@ CREATE TABLE fanout.bitmap_job (
     last_error   text,
     PRIMARY KEY (group_id, kind)
 );
+
+-- The row type of fanout.message_status: a named type lets its inputs be
+-- called topic and message_id (named-argument calls) while its output
+-- columns carry the same names.
+CREATE TYPE fanout.message_status_row AS (
+    topic           text,
+    message_id      bigint,
+    group_name      text,
+    status          text,
+    passed          boolean,
+    required        boolean,
+    completed       boolean,
+    message_status  text
+);

@@ -1,4 +1,4 @@
--- fanout.message_status(p_topic, p_message_id): where one message stands with
+-- fanout.message_status(topic, message_id): where one message stands with
 -- every group of its topic. One row per group (group_name NULL on queue
 -- topics) with status: 'before_start' (the group started after it),
 -- 'not_required' (reference mode: the message does not require the group),
@@ -8,18 +8,19 @@
 -- has passed it). Reference mode adds required / completed (the group's bits)
 -- and message_status: 'completed' (every required group acked), 'pending',
 -- or 'unclaimed' (published while no group was subscribed); NULL otherwise.
--- (Its inputs are p_-named because its output columns are topic and message_id.)
+-- Rows are fanout.message_status_row (so inputs and outputs share names).
 -- Raises: PGQ01, PGQ03 (NULL id), PGQ18 (no such message retained).
 -- Tables: fanout.consumer_group, fanout.lease, fanout.retry,
 -- fanout.dead_letter, fanout_data.m<topic_id> (one partition).
-CREATE OR REPLACE FUNCTION fanout.message_status(p_topic text, p_message_id bigint)
-RETURNS TABLE(topic text, message_id bigint, group_name text, status text, passed boolean,
-              required boolean, completed boolean, message_status text)
+CREATE OR REPLACE FUNCTION fanout.message_status(topic text, message_id bigint)
+RETURNS SETOF fanout.message_status_row
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 #variable_conflict use_column
 DECLARE
+    p_topic      ALIAS FOR $1;
+    p_message_id ALIAS FOR $2;
     v_t    fanout.topic;
     v_txid xid8;
     v_req  bigint;
