@@ -447,3 +447,60 @@ func TestReferenceBackfillWaitsForWritersRunningAtItsStart(t *testing.T) {
 	require.Equal(t, append(append([]int64{}, old...), straggler), b.readAck(t, "fence", "late"))
 	require.Empty(t, b.checkConsistency(t))
 }
+
+// Invariant 6: COMPLETED messages are never modified (a late joiner's
+// backfill and a seek back leave them alone), and a partition holding a
+// message some required group has not acked is never reclaimed before
+// max_retention, however old.
+func TestReferenceCompletedImmutableAndPendingKept(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.refTopic(t, "imm", "retention => '1 hour'", "zero_subscription_retention => '1 hour'", "max_retention => '10 hours'")
+	b.subscribe(t, "imm", "A")
+	b.subscribe(t, "imm", "B")
+	done := b.publishN(t, "imm", 3)
+	pending := b.publishN(t, "imm", 2)
+	require.Equal(t, append(append([]int64{}, done...), pending...), b.readAck(t, "imm", "A"))
+	ms := b.read(t, b.Pool, "imm", ptr("B"), "b", 3, "1 minute")
+	require.Equal(t, done, ids(ms))
+	b.ack(t, b.Pool, ms[0].LeaseID, nil)
+
+	type bitsRow struct{ req, done []string }
+	snapshot := func(id int64) bitsRow {
+		r, d, _ := b.bits(t, "imm", id)
+		return bitsRow{r, d}
+	}
+	before := map[int64]bitsRow{}
+	for _, id := range done {
+		_, _, st := b.bits(t, "imm", id)
+		require.Equal(t, "completed", st)
+		before[id] = snapshot(id)
+	}
+	b.subscribe(t, "imm", "late", "start_position => 'earliest'", "backfill_scope => 'all_retained'")
+	b.runJobs(t)
+	_, err := b.Pool.Exec(b.ctx, "SELECT fanout.seek('imm', 'B', 'earliest')")
+	require.NoError(t, err)
+	b.runJobs(t)
+	for _, id := range done {
+		require.Equal(t, before[id], snapshot(id), "COMPLETED message %d was modified", id)
+	}
+	require.Equal(t, pending, b.readAck(t, "imm", "late"), "the late joiner gets only what is not COMPLETED")
+
+	// B has not acked the pending messages: their partition stays.
+	b.rotate(t)
+	parts := b.partitions(t, "imm")
+	b.cleanup(t, "5 hours")
+	require.Equal(t, parts, b.partitions(t, "imm"), "a pending message pins its partition")
+	for _, id := range pending {
+		_, _, st := b.bits(t, "imm", id)
+		require.Equal(t, "pending", st)
+	}
+	// B sought back: it gets everything that requires it again, the
+	// COMPLETED ones included, and acking those again changes nothing.
+	require.Equal(t, append(append([]int64{}, done...), pending...), b.readAck(t, "imm", "B"))
+	for _, id := range done {
+		require.Equal(t, before[id], snapshot(id), "re-acking COMPLETED message %d modified it", id)
+	}
+	b.cleanup(t, "5 hours")
+	require.Equal(t, parts-1, b.partitions(t, "imm"), "once everyone acked, it goes")
+}

@@ -3,9 +3,9 @@
 -- message_id; no max_backfill cap: seeking is explicit). Clears the group's
 -- leases (their holders' acks then raise PGQ11) and pending retries. On
 -- queue topics group_name is ignored and the topic's one group moves. In
--- reference mode, seeking back starts a backfill that requires the group
--- again on every message from there that is not COMPLETED (COMPLETED ones
--- are immutable and are not re-delivered).
+-- reference mode the group gets again what requires it from there (COMPLETED
+-- messages included, read-only: acking them again changes nothing), and a
+-- backfill sets its bit on the messages from there that are not COMPLETED.
 -- Returns the first retained message id the group will get (NULL for latest
 -- or when there is none).
 -- Raises: PGQ01, PGQ03 (bad position or arguments, beyond the end), PGQ13,
