@@ -25,7 +25,7 @@ func (backlogScenario) Title() string {
 	return "9. backlog drain: messages published while the consumer is down, then drained in pages of 100"
 }
 
-// procStatusKB reads a "VmXXX:  123 kB" line of /proc/self/status (0 if unknown).
+// procStatusKB reads a "VmHWM:  123 kB"-style line of /proc/self/status (0 if unknown).
 func procStatusKB(field string) int64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
