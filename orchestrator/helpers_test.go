@@ -1,7 +1,6 @@
 package orchestrator
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -20,13 +19,13 @@ import (
 type bundle struct {
 	*testdb.Bundle
 	ctx  context.Context
-	logs *syncBuffer
+	logs *testdb.SyncBuffer
 	log  *slog.Logger
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	b := &bundle{ctx: testContext(t), logs: &syncBuffer{}}
+	b := &bundle{ctx: testContext(t), logs: &testdb.SyncBuffer{}}
 	b.Bundle = testdb.New(t)
 	b.log = newTestLogger(b.logs)
 	t.Cleanup(func() {
@@ -144,50 +143,6 @@ func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// ensureGroupsView installs a stand-in fanout.groups in this test's
-// database when the schema does not have the view yet, with the columns of
-// the contract and three fixed rows. It reports whether it did.
-func (b *bundle) ensureGroupsView(t *testing.T) bool {
-	t.Helper()
-	if b.int(t, `SELECT count(*) FROM pg_class WHERE oid = to_regclass('fanout.groups')`) > 0 {
-		return false
-	}
-	b.exec(t, standInGroupsView)
-	return true
-}
-
-// standInGroupsView has the columns fanout.groups is specified with.
-const standInGroupsView = `
-CREATE VIEW fanout.groups AS
-SELECT * FROM (VALUES
-  ('orders'::text, NULL::text, 'active'::text, 2, now() - interval '3 seconds', 7::bigint, 12.5::float8,
-   interval '9 seconds', 3::bigint, 0::bigint, 0::bigint, 40::bigint, NULL::text, NULL::bigint, NULL::bigint,
-   NULL::float8, NULL::interval),
-  ('events', 'billing', 'dead', 0, now() - interval '2 hours', 1500, 7200.0,
-   interval '2 hours', 0, 4, 12, 900, NULL, NULL, NULL, NULL, NULL),
-  ('events', 'search', 'active', 3, now() - interval '1 second', 250, 3.0,
-   NULL, 10, 0, 0, 5000, 'running', 4000, 10000, 812.5, interval '8 seconds')
-) AS g(topic, group_name, status, members, last_heartbeat, lag_messages, lag_seconds,
-       oldest_unacked_age, in_flight, dead_letters, lost_messages, delivered,
-       backfill_status, backfill_processed, backfill_total, backfill_rate, backfill_eta)`
-
 // histogramCount is the sample count of a job's histogram series.
 func histogramCount(t *testing.T, s *Scheduler, name, job string) uint64 {
 	t.Helper()
@@ -208,6 +163,6 @@ func histogramCount(t *testing.T, s *Scheduler, name, job string) uint64 {
 	return 0
 }
 
-func newTestLogger(w *syncBuffer) *slog.Logger {
+func newTestLogger(w *testdb.SyncBuffer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgq/pgq/internal/testdb"
 )
 
 // restartCluster is the throwaway cluster of TestDatabaseRestart (name and
@@ -59,7 +61,7 @@ func TestDatabaseRestart(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 
-	logs := &syncBuffer{}
+	logs := &testdb.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("scheduler logs:\n%s", logs.String())

@@ -90,6 +90,11 @@ case "$cmd" in
     ensure_postgres
     pick_user
     pick_dir
+    # Test binaries of several packages may start the same cluster at once.
+    if command -v flock >/dev/null 2>&1; then
+      exec 9>"$base/$name.lock"
+      flock 9
+    fi
     mkdir -p "$dir"
     [ "$(id -u)" = 0 ] && chown "$pguser" "$dir"
     if [ ! -f "$dir/data/PG_VERSION" ]; then

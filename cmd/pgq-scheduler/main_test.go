@@ -370,7 +370,7 @@ func TestBinaryRunAndSigterm(t *testing.T) {
 	cmd := exec.Command(bin, "run", "--listen", addr, "--migrate", "--jitter", "0",
 		"--discover-schedule", "@every 1s", "--default-schedule", "@every 1s")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + b.URL, "PGQ_LEADER_ID=bin-1", "PGQ_LOG_LEVEL=debug"}
-	var stderr syncBuffer
+	var stderr testdb.SyncBuffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
@@ -434,33 +434,16 @@ func httpGet(url string) (int, string) {
 	return resp.StatusCode, buf.String()
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startBinary runs `pgq-scheduler run` against the test database until the
 // test ends and waits until it is a healthy leader.
-func startBinary(t *testing.T, b *bundle, extra ...string) (cmd *exec.Cmd, addr string, stderr *syncBuffer, exited chan error) {
+func startBinary(t *testing.T, b *bundle, extra ...string) (cmd *exec.Cmd, addr string, stderr *testdb.SyncBuffer, exited chan error) {
 	t.Helper()
 	addr = freeAddr(t)
 	args := append([]string{"run", "--listen", addr, "--jitter", "0",
 		"--discover-schedule", "@every 1s", "--default-schedule", "@every 1s"}, extra...)
 	cmd = exec.Command(binary(t), args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + b.URL, "PGQ_LOG_LEVEL=debug"}
-	stderr = &syncBuffer{}
+	stderr = &testdb.SyncBuffer{}
 	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	exited = make(chan error, 1)

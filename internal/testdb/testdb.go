@@ -8,6 +8,7 @@
 package testdb
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -248,4 +249,23 @@ func (b *Bundle) Conn(t testing.TB) *pgx.Conn {
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writers (a logger or a
+// child process) and readers (the test).
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
