@@ -54,10 +54,11 @@ MSG
 
 # run_as USER CMD... runs a command as the cluster owner.
 run_pg() {
+  # 9>&- : the server must not inherit (and hold forever) the start lock.
   if [ "$(id -u)" = 0 ]; then
-    runuser -u "$pguser" -- "$@"
+    runuser -u "$pguser" -- "$@" 9>&-
   else
-    "$@"
+    "$@" 9>&-
   fi
 }
 
