@@ -1,4 +1,4 @@
-module github.com/pgq/pgq
+module github.com/pgfanout/pgq
 
 go 1.26.8
 

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/pgq/pgq/client"
+	"github.com/pgfanout/pgq/client"
 )
 
 func init() { register(30, drainScenario{}) }

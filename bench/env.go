@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgq/pgq/orchestrator"
+	"github.com/pgfanout/pgq/orchestrator"
 )
 
 // Env is what every scenario gets: the server, durations scaled for -quick,

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgq/pgq/client"
+	"github.com/pgfanout/pgq/client"
 )
 
 func init() { register(40, latencyScenario{}) }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgq/pgq/client"
+	"github.com/pgfanout/pgq/client"
 )
 
 // plainDDL is the baseline for publishing: the same columns, defaults and

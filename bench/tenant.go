@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pgq/pgq/client"
+	"github.com/pgfanout/pgq/client"
 )
 
 func init() { register(100, tenantScenario{}) }

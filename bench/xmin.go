@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pgq/pgq/client"
+	"github.com/pgfanout/pgq/client"
 )
 
 func init() { register(50, xminScenario{}) }

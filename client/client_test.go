@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgq/pgq/client"
-	"github.com/pgq/pgq/internal/testdb"
+	"github.com/pgfanout/pgq/client"
+	"github.com/pgfanout/pgq/internal/testdb"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgq/pgq/internal/testdb"
+	"github.com/pgfanout/pgq/internal/testdb"
 )
 
 // bundle is what every database test gets: its own migrated database, a

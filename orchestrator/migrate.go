@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
 
-	"github.com/pgq/pgq"
+	"github.com/pgfanout/pgq"
 )
 
 // VersionTable is where tern records the schema version. The tern CLI must be

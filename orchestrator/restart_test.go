@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgq/pgq/internal/testdb"
+	"github.com/pgfanout/pgq/internal/testdb"
 )
 
 // restartCluster is the throwaway cluster of TestDatabaseRestart (name and

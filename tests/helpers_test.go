@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgq/pgq/internal/testdb"
+	"github.com/pgfanout/pgq/internal/testdb"
 )
 
 // bundle is what every test gets: its own migrated database.

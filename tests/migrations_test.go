@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgq/pgq/internal/testdb"
-	"github.com/pgq/pgq/orchestrator"
+	"github.com/pgfanout/pgq/internal/testdb"
+	"github.com/pgfanout/pgq/orchestrator"
 )
 
 // The tern CLI on sql/migrations and the pgq-scheduler binary's embedded

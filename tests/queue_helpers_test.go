@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgq/pgq/internal/testdb"
+	"github.com/pgfanout/pgq/internal/testdb"
 )
 
 // qState is the SQLSTATE of err ("" when err is nil or not a PostgreSQL error).

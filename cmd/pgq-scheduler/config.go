@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pgq/pgq/orchestrator"
+	"github.com/pgfanout/pgq/orchestrator"
 )
 
 // options are the settings of every subcommand. Each comes from, in order

@@ -33,8 +33,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgq/pgq"
-	"github.com/pgq/pgq/orchestrator"
+	"github.com/pgfanout/pgq"
+	"github.com/pgfanout/pgq/orchestrator"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".

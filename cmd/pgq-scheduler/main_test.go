@@ -21,7 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgq/pgq/internal/testdb"
+	"github.com/pgfanout/pgq/internal/testdb"
 )
 
 // bundle is what a CLI test gets: its own migrated database.

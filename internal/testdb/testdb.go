@@ -29,7 +29,7 @@ import (
 	"github.com/jackc/tern/v2/migrate"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgq/pgq"
+	"github.com/pgfanout/pgq"
 )
 
 // VersionTable matches orchestrator.VersionTable (kept apart to avoid an
