@@ -8,6 +8,7 @@ BIN   := bin/pgq-scheduler
 TEST_PORT  ?= 55433
 RUN_PORT   ?= 55432
 BENCH_PORT ?= 55434
+RESTART_PORT ?= 55441
 LISTEN     ?= 127.0.0.1:9187
 
 .PHONY: all build run test test-go test-e2e bench bench-quick verify-sql snapshot-sql db-stop clean
@@ -34,7 +35,7 @@ run: build
 test: build
 	@set -e; \
 	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
-	export DATABASE_URL; \
+	export DATABASE_URL PGQ_TEST_RESTART_PORT=$(RESTART_PORT); \
 	$(GO) vet ./...; \
 	$(GO) test -count=1 -timeout 20m ./... ; \
 	tests/e2e_psql.sh

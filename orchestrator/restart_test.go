@@ -19,11 +19,17 @@ import (
 )
 
 // restartCluster is the throwaway cluster of TestDatabaseRestart (name and
-// port of its own: it is stopped and started under the test's feet).
-const (
-	restartCluster = "restart"
-	restartPort    = "55441"
-)
+// port of its own: it is stopped and started under the test's feet). The
+// port is PGQ_TEST_RESTART_PORT (make test sets it from RESTART_PORT),
+// 55441 when unset.
+const restartCluster = "restart"
+
+func restartPort() string {
+	if p := os.Getenv("PGQ_TEST_RESTART_PORT"); p != "" {
+		return p
+	}
+	return "55441"
+}
 
 func devdb(t *testing.T, args ...string) string {
 	t.Helper()
@@ -50,7 +56,7 @@ func devdb(t *testing.T, args ...string) string {
 func TestDatabaseRestart(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	url := devdb(t, "start", restartCluster, restartPort)
+	url := devdb(t, "start", restartCluster, restartPort())
 	t.Cleanup(func() { devdb(t, "stop", restartCluster) })
 	_, err := MigrateURL(ctx, url)
 	require.NoError(t, err)
@@ -97,7 +103,7 @@ func TestDatabaseRestart(t *testing.T) {
 	require.Contains(t, body, "pgq_database_up 0")
 	require.Contains(t, body, "pgq_scheduler_leader 0")
 
-	devdb(t, "start", restartCluster, restartPort)
+	devdb(t, "start", restartCluster, restartPort())
 	t.Logf("database down for %s", time.Since(down).Round(time.Millisecond))
 	up := time.Now()
 	require.Eventually(t, func() bool {
