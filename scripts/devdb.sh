@@ -107,7 +107,7 @@ case "$cmd" in
       log "cluster $name already running"
     else
       opts="-p $port -c listen_addresses=127.0.0.1 -k $dir -c max_connections=300 -c shared_buffers=256MB"
-      opts="$opts -c max_locks_per_transaction=256"
+      opts="$opts -c max_locks_per_transaction=256 -c max_prepared_transactions=20"
       if [ "$name" = test ]; then
         # throwaway test data: durability buys nothing here
         opts="$opts -c fsync=off -c full_page_writes=off -c synchronous_commit=off"

@@ -81,16 +81,21 @@ func TestQueuePartitionRotation(t *testing.T) {
 	var want []int64
 	want = append(want, b.qPublishN(t, b.Pool, topic, 0, 5)...)
 
-	// Two transactions stay open across the rotation: A2 publishes before
-	// the rotation starts; A publishes after the rotation's first step took
-	// its xid and before that step commits (so A's xid is above every xid
-	// that has ended when the sequence jumps).
+	// Two transactions stay open across the jump of the sequence: A2 took
+	// its xid before the rotation started, A after the rotation's first step
+	// took its own (so A's xid is above every xid that has ended when the
+	// sequence jumps). Both publish into the old partition after the jump
+	// was first attempted: a transaction that already held a lock on the
+	// topic's table then (H) holds the jump back until it ends, since its
+	// partition list may predate the new partition (see the rotation specs in
+	// tests/specs).
 	connA2 := b.Conn(t)
 	txA2, err := connA2.Begin(b.ctx)
 	require.NoError(t, err)
 	defer txA2.Rollback(b.ctx) //nolint:errcheck
-	idA2 := b.publish(t, txA2, topic, `{"open":"before the rotation"}`)
-	connC, connA := b.Conn(t), b.Conn(t)
+	_, err = txA2.Exec(b.ctx, "SELECT pg_current_xact_id()")
+	require.NoError(t, err)
+	connC, connA, connH := b.Conn(t), b.Conn(t), b.Conn(t)
 	txC, err := connC.Begin(b.ctx)
 	require.NoError(t, err)
 	defer txC.Rollback(b.ctx) //nolint:errcheck
@@ -98,8 +103,17 @@ func TestQueuePartitionRotation(t *testing.T) {
 	txA, err := connA.Begin(b.ctx)
 	require.NoError(t, err)
 	defer txA.Rollback(b.ctx) //nolint:errcheck
-	idA := b.publish(t, txA, topic, `{"open":"across the rotation"}`)
+	_, err = txA.Exec(b.ctx, "SELECT pg_current_xact_id()")
+	require.NoError(t, err)
+	txH, err := connH.Begin(b.ctx)
+	require.NoError(t, err)
+	defer txH.Rollback(b.ctx) //nolint:errcheck
+	want = append(want, b.publish(t, txH, topic, `{"open":"holds the jump back"}`))
 	require.NoError(t, txC.Commit(b.ctx))
+	require.Equal(t, 0, b.qManage(t, b.Pool), "waits for the transaction that locked the table first")
+	idA2 := b.publish(t, txA2, topic, `{"open":"before the rotation"}`)
+	idA := b.publish(t, txA, topic, `{"open":"across the rotation"}`)
+	require.NoError(t, txH.Commit(b.ctx))
 	require.Equal(t, 1, b.qManage(t, b.Pool), "jumps the sequence and closes the old partition")
 	p0, p1 := b.qPartition(t, topic, 0), b.qPartition(t, topic, 1)
 	require.True(t, p0.closed)

@@ -14,6 +14,14 @@
 --      still holds the lock on its own xid (pg_locks). The xmax alone is not
 --      enough: it is latestCompletedXid + 1, and a running transaction that
 --      took its xid after the last one that ended is at or above it.
+--      The jump waits for the transactions that had locked the topic's table
+--      before the creation committed (recorded by virtual transaction id the
+--      first time the creation is seen committed): PostgreSQL does not
+--      refresh a relation's partition list inside a transaction that already
+--      holds a lock on it, so such a producer would fail to insert into the
+--      new partition ("no partition of relation found for row"), and such a
+--      reader would scan past it. Transactions that lock the table later see
+--      the new partition.
 -- Must run in READ COMMITTED (each statement needs a fresh snapshot).
 -- Bounded: at most 50 steps per call. Returns the number of steps done;
 -- call again while it returns > 0. Takes its own advisory lock (returns 0 if
@@ -33,6 +41,8 @@ DECLARE
     v_bound  xid8;
     v_ref    bigint;
     v_run    bigint;
+    v_rel    regclass;
+    v_stale  text[];
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'fanout._manage_partitions must run in READ COMMITTED, not %',
@@ -42,8 +52,8 @@ BEGIN
         RETURN 0;
     END IF;
     FOR r IN
-        SELECT t.topic_id, t.seq_name, t.partition_interval, c.part_no, c.relname, c.created_at,
-               n.part_no AS next_no, n.lo_id AS next_lo, n.created_xid AS next_xid
+        SELECT t.topic_id, t.seq_name, t.data_table, t.partition_interval, c.part_no, c.relname, c.created_at,
+               n.part_no AS next_no, n.lo_id AS next_lo, n.created_xid AS next_xid, n.stale_vxids AS next_stale
         FROM fanout.topic t
         JOIN LATERAL (SELECT p.* FROM fanout.partition p
                       WHERE p.topic_id = t.topic_id AND p.closed_at IS NULL
@@ -62,6 +72,21 @@ BEGIN
             -- Jump only into a partition whose creation has committed: if this
             -- transaction rolled back after the jump, publish would fail.
             CONTINUE WHEN pg_xact_status(r.next_xid) IS DISTINCT FROM 'committed';
+            -- Wait for the transactions whose partition list may predate it
+            -- (prepared transactions run no more statements: not counted).
+            v_rel := format('fanout_data.%I', r.data_table)::regclass;
+            v_stale := r.next_stale;
+            IF v_stale IS NULL THEN
+                v_stale := ARRAY(SELECT DISTINCT l.virtualtransaction FROM pg_locks l
+                                 WHERE l.locktype = 'relation' AND l.relation = v_rel
+                                   AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                                   AND l.pid IS NOT NULL AND l.pid <> pg_backend_pid());
+                UPDATE fanout.partition p SET stale_vxids = v_stale
+                WHERE p.topic_id = r.topic_id AND p.part_no = r.next_no;
+            END IF;
+            CONTINUE WHEN EXISTS (SELECT 1 FROM pg_locks l
+                                  WHERE l.locktype = 'relation' AND l.relation = v_rel
+                                    AND l.virtualtransaction = ANY (v_stale) AND l.pid IS NOT NULL);
             EXECUTE format('SELECT last_value FROM fanout_data.%I', r.seq_name) INTO v_last;
             IF v_last < r.next_lo THEN
                 PERFORM setval(format('fanout_data.%I', r.seq_name)::regclass, r.next_lo, false);

@@ -2,7 +2,8 @@
 -- may go under the retention rules. Offset mode: it closed more than
 -- retention ago (or zero_subscription_retention ago when no group of a pubsub
 -- topic pins storage) and every pinning group has passed it. Reference mode:
--- every message in it is COMPLETED (or unclaimed and past
+-- no transaction that may have rows in it waits for its stamps to be
+-- reconciled, every message in it is COMPLETED (or unclaimed and past
 -- zero_subscription_retention) and it closed more than retention ago.
 -- Reads fanout.consumer_group, fanout.lease, fanout.retry, the partition.
 CREATE OR REPLACE FUNCTION fanout._partition_droppable(p_t fanout.topic, p_part fanout.partition, p_now timestamptz)
@@ -17,6 +18,13 @@ DECLARE
     v_unclaimed boolean;
 BEGIN
     IF p_t.completion = 'reference' THEN
+        -- A transaction whose stamps wait to be reconciled may have rows
+        -- here that only look COMPLETED (fanout._reconcile_stamps).
+        IF EXISTS (SELECT 1 FROM fanout.stamp_pending s
+                   WHERE s.topic_id = p_t.topic_id
+                     AND (p_part.txid_bound IS NULL OR s.txid < p_part.txid_bound)) THEN
+            RETURN false;
+        END IF;
         -- Every message COMPLETED; unclaimed ones (no group required them)
         -- stay for zero_subscription_retention.
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM fanout_data.%1$I m

@@ -17,7 +17,8 @@ BEGIN
     END IF;
     WITH fixed AS (
         UPDATE fanout.topic_state s
-        SET required_mask = fanout._required_mask(s.topic_id), refreshed_at = clock_timestamp()
+        SET required_mask = fanout._required_mask(s.topic_id), epoch = nextval(s.epoch_seq),
+            refreshed_at = clock_timestamp()
         WHERE s.required_mask <> fanout._required_mask(s.topic_id)
         RETURNING s.topic_id, s.required_mask)
     INSERT INTO fanout.event_log (topic, kind, detail)

@@ -1,7 +1,10 @@
 -- fanout._resurrect(p_g): a dead group comes back to life (a heartbeat, a read
 -- or fanout.resurrect_group). In offset mode its position was kept, so it
 -- continues from there; messages dropped meanwhile were counted in
--- lost_messages when their partitions went. Returns the updated row.
+-- lost_messages when their partitions went. In reference mode its join
+-- snapshot moves to now: what commits from here on requires it again, and a
+-- backfill covers what it missed (fanout._group_mask_trigger). Returns the
+-- updated row.
 -- Tables: fanout.consumer_group, fanout.event_log.
 CREATE OR REPLACE FUNCTION fanout._resurrect(p_g fanout.consumer_group)
 RETURNS fanout.consumer_group
@@ -13,7 +16,7 @@ DECLARE
 BEGIN
     UPDATE fanout.consumer_group g
     SET status = 'active', missed_heartbeats = 0, last_heartbeat = clock_timestamp(),
-        status_changed_at = clock_timestamp()
+        status_changed_at = clock_timestamp(), join_snap = fanout._snapshot()
     WHERE g.group_id = p_g.group_id AND g.status = 'dead'
     RETURNING * INTO v_g;
     IF NOT FOUND THEN

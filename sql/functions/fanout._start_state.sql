@@ -3,10 +3,13 @@
 -- initial read state: a window (o_lo, o_hi) and the lowest message id it will
 -- receive (o_start_id).
 --   latest      the current snapshot: exactly what commits after it.
---   earliest    all retained messages,
+--   earliest    all retained messages (the first window, from the origin
+--               '1:1:' to the current snapshot), then everything after,
 --   timestamp   retained messages published at or after p_start_at,
 --   message_id  retained messages from p_start_message_id on;
--- the last three at most the newest p_max_backfill of them (NULL = no cap).
+-- the last three at most the newest p_max_backfill of them (NULL = no cap);
+-- the cap applies to the history only: a message of a transaction still
+-- running now is delivered when it commits, even if its id is lower.
 -- o_effective_start_id is the first retained message it will get (NULL for
 -- latest or when nothing qualifies).
 -- Raises PGQ03: unknown position, missing start_at / start_message_id,
@@ -26,14 +29,16 @@ BEGIN
         RAISE EXCEPTION 'max_backfill must not be negative, got %', p_max_backfill USING ERRCODE = 'PGQ03';
     END IF;
     IF v_pos = 'latest' THEN
-        o_lo := pg_current_snapshot();
+        o_lo := fanout._snapshot();
         o_hi := o_lo;
         o_start_id := 0;
         RETURN;
     END IF;
     v_next := fanout._next_id(p_t);
+    -- The first window is the history, cut at o_start_id; what commits
+    -- after this snapshot comes in later windows, whatever its id.
     o_lo := '1:1:';
-    o_hi := '1:1:';
+    o_hi := fanout._snapshot();
     IF v_pos = 'earliest' THEN
         o_start_id := 0;
     ELSIF v_pos = 'timestamp' THEN

@@ -10,8 +10,17 @@
 -- hi := now): no ticker, and a transaction that stays open only delays its own
 -- messages. Every page is an index scan that stops after p_limit rows.
 -- Messages below the group's effective_start_id (its start position) are
--- skipped, as are closed partitions that cannot hold the scanned txids, and
--- in reference mode messages that do not require the group.
+-- skipped in its first window only (lo is the origin '1:1:' and hi the
+-- snapshot of the subscription): that window is the history the start
+-- position asks for, capped. Later windows hold what committed after the
+-- subscription, whatever its id: a transaction that took a low id before the
+-- subscription and committed after it is delivered. Closed partitions that
+-- cannot hold the scanned txids are skipped, and in reference mode messages
+-- that do not require the group; their stamps are reconciled first where a
+-- group joined or left while they were written (fanout._reconcile_stamps).
+-- New windows end at fanout._snapshot(), which counts the caller's own
+-- transaction as running: a reader never gets its own uncommitted messages,
+-- and gets them after it commits.
 --
 -- The aggregates read the ordered page as it comes (one pass, arrays in
 -- (txid, id) order, parallel). The page comes back with its messages (payload, headers, message_group,
@@ -60,6 +69,10 @@ BEGIN
     IF v_bit IS NOT NULL THEN
         -- Reference mode: only messages that require this group.
         v_filter := format(' AND (m.required_groups & %L::bigint) <> 0', 1::bigint << v_bit);
+        PERFORM fanout._reconcile_stamps(p_topic_id, o_hi);
+    END IF;
+    IF pg_snapshot_xmax(o_lo) <> '1' THEN
+        v_start := 0;  -- past the first window: no start cut-off
     END IF;
     o_ids := '{}';
     o_txids := '{}';
@@ -140,7 +153,7 @@ BEGIN
 
         -- The window is used up: open the next one, a bounded number of times.
         EXIT WHEN v_rounds >= 2;
-        v_new := pg_current_snapshot();
+        v_new := fanout._snapshot();
         EXIT WHEN v_new::text = o_hi::text;
         o_lo := o_hi;
         o_hi := v_new;
@@ -148,6 +161,10 @@ BEGIN
         o_cur_id := 0;
         o_changed := true;
         v_rounds := v_rounds + 1;
+        v_start := 0;
+        IF v_bit IS NOT NULL THEN
+            PERFORM fanout._reconcile_stamps(p_topic_id, o_hi);
+        END IF;
     END LOOP;
 END
 $fn$;

@@ -119,7 +119,13 @@ BEGIN
         EXECUTE format('CREATE TRIGGER required_groups BEFORE INSERT ON fanout_data.%I '
                        'FOR EACH ROW EXECUTE FUNCTION fanout._required_groups_trigger(%L)',
                        v_new.data_table, v_new.topic_id);
-        INSERT INTO fanout.topic_state (topic_id) VALUES (v_new.topic_id);
+        -- The mask's epoch, readable outside MVCC (fanout._required_groups_trigger).
+        EXECUTE format('CREATE SEQUENCE fanout_data.%I AS bigint MINVALUE 1 START 1', v_new.data_table || '_epoch');
+        INSERT INTO fanout.topic_state (topic_id, epoch, epoch_seq)
+        VALUES (v_new.topic_id, 1, format('fanout_data.%I', v_new.data_table || '_epoch')::regclass);
+        PERFORM setval(format('fanout_data.%I', v_new.data_table || '_epoch')::regclass, 1, true);
+        EXECUTE format('ALTER SEQUENCE fanout_data.%I OWNED BY fanout_data.%I.id',
+                       v_new.data_table || '_epoch', v_new.data_table);
     END IF;
     PERFORM fanout._create_partition(v_new.topic_id, 0);
     PERFORM fanout._create_insert_functions(v_new.topic_id);

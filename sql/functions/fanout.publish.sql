@@ -1,6 +1,9 @@
--- fanout.publish(topic, payload, headers, message_group): appends one message
--- to a topic inside the caller's transaction (transactional outbox: it is
--- delivered only if, and once, the caller commits).
+-- fanout.publish(topic, payload, headers, message_group, notify): appends one
+-- message to a topic inside the caller's transaction (transactional outbox:
+-- it is delivered only if, and once, the caller commits). notify overrides
+-- the topic's NOTIFY setting for this call (NULL = the topic's); pass false
+-- inside a transaction that will be prepared (two-phase commit): PostgreSQL
+-- refuses to PREPARE a transaction that sent a NOTIFY.
 -- Returns the message id.
 -- Raises: PGQ01 unknown topic, PGQ03 NULL payload or bad message_group,
 -- PGQ05 payload over max_payload_bytes, PGQ06 headers not a JSON object,
@@ -11,7 +14,8 @@ CREATE OR REPLACE FUNCTION fanout.publish(
     topic         text,
     payload       jsonb,
     headers       jsonb DEFAULT '{}',
-    message_group text DEFAULT NULL)
+    message_group text DEFAULT NULL,
+    notify        boolean DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -32,8 +36,14 @@ BEGIN
     END IF;
     -- Take the xid before the id: partition rotation relies on it.
     PERFORM pg_current_xact_id();
+    IF $5 IS NOT NULL THEN
+        PERFORM fanout._notify_override(v_t, $5, true);
+    END IF;
     EXECUTE format('SELECT fanout_data.%I($1, $2, $3)', v_t.data_table || '_insert')
         INTO v_id USING $2, coalesce($3, '{}'::jsonb), $4;
+    IF $5 IS NOT NULL THEN
+        PERFORM fanout._notify_override(v_t, $5, false);
+    END IF;
     RETURN v_id;
 END
 $fn$;

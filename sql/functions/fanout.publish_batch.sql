@@ -1,6 +1,7 @@
--- fanout.publish_batch(topic, payloads, headers, message_groups): appends many
--- messages in one statement (one NOTIFY). headers and message_groups, when
--- given, must have one element per payload.
+-- fanout.publish_batch(topic, payloads, headers, message_groups, notify):
+-- appends many messages in one statement (one NOTIFY). headers and
+-- message_groups, when given, must have one element per payload. notify as
+-- in fanout.publish.
 -- Returns the message ids in input order.
 -- Raises: as fanout.publish, naming the offending element; PGQ03 when the
 -- arrays' lengths differ. Nothing is written when any element is bad.
@@ -10,7 +11,8 @@ CREATE OR REPLACE FUNCTION fanout.publish_batch(
     topic          text,
     payloads       jsonb[],
     headers        jsonb[] DEFAULT NULL,
-    message_groups text[] DEFAULT NULL)
+    message_groups text[] DEFAULT NULL,
+    notify         boolean DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -46,7 +48,9 @@ BEGIN
         PERFORM fanout._check_message(v_t, r.p, r.h, r.g, r.ord::int);
     END LOOP;
     PERFORM pg_current_xact_id();
+    PERFORM fanout._notify_override(v_t, $5, true);
     RETURN QUERY EXECUTE format('SELECT fanout_data.%I($1, $2, $3)', v_t.data_table || '_insert_batch')
         USING $2, $3, $4;
+    PERFORM fanout._notify_override(v_t, $5, false);
 END
 $fn$;

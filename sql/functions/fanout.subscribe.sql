@@ -90,9 +90,9 @@ BEGIN
         v_bit := fanout._assign_bit(v_t);
     END IF;
     INSERT INTO fanout.consumer_group AS g (topic_id, group_name, win_lo, win_hi, start_position,
-        effective_start_id, max_backfill, heartbeat_timeout, dead_after_misses, bit_no, joined_id)
+        effective_start_id, max_backfill, heartbeat_timeout, dead_after_misses, bit_no, joined_id, join_snap)
     VALUES (v_t.topic_id, $2, v_s.o_lo, v_s.o_hi, v_pos, v_s.o_start_id, $6, $7, $8, v_bit,
-            CASE WHEN v_pos = 'latest' THEN fanout._next_id(v_t) ELSE v_s.o_start_id END)
+            CASE WHEN v_pos = 'latest' THEN fanout._next_id(v_t) ELSE v_s.o_start_id END, v_s.o_hi)
     RETURNING * INTO v_g;
     IF v_bit IS NOT NULL AND v_pos <> 'latest' THEN
         -- Reference mode: the group's bit goes onto retained messages in batches.

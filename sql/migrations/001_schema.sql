@@ -74,6 +74,10 @@ CREATE TABLE fanout.consumer_group (
     status_changed_at   timestamptz NOT NULL DEFAULT now(),
     bit_no              int CHECK (bit_no BETWEEN 0 AND 63),   -- reference mode only
     joined_id           bigint NOT NULL DEFAULT 0,             -- first id assigned after it joined
+    -- Reference mode: the snapshot of its subscription (or resurrection); a
+    -- message whose transaction it does not see is one the group must get
+    -- (fanout._reconcile_stamps).
+    join_snap           pg_snapshot NOT NULL DEFAULT '1:1:',
     UNIQUE NULLS NOT DISTINCT (topic_id, group_name),
     UNIQUE (topic_id, bit_no)
 );
@@ -147,6 +151,11 @@ CREATE TABLE fanout.partition (
     closed_at   timestamptz,
     txid_bound  xid8,
     truncated_at timestamptz,           -- emptied by cleanup; dropped when the parent is free
+    -- Transactions (virtual ids) that held a lock on the topic's table when
+    -- this partition's creation was first seen committed: their cached
+    -- partition list may predate it, so the sequence jumps into it only once
+    -- they have all ended (fanout._manage_partitions).
+    stale_vxids text[],
     PRIMARY KEY (topic_id, part_no)
 );
 
@@ -176,10 +185,27 @@ CREATE TABLE fanout.leader (
 -- Reference mode: the exact bitmap of the groups every new message requires
 -- (active and paused groups), kept by a trigger on fanout.consumer_group and
 -- read by the BEFORE INSERT trigger of each reference topic's message table.
+-- epoch counts the mask's changes; epoch_seq holds the newest epoch outside
+-- MVCC (a sequence), so an insert whose snapshot predates a change can tell
+-- that its stamp may be stale (fanout._required_groups_trigger).
 CREATE TABLE fanout.topic_state (
     topic_id      bigint PRIMARY KEY REFERENCES fanout.topic ON DELETE CASCADE,
     required_mask bigint NOT NULL DEFAULT 0,
+    epoch         bigint NOT NULL DEFAULT 1,
+    epoch_seq     regclass NOT NULL,
     refreshed_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- Reference mode: transactions whose messages may carry a stale
+-- required_groups stamp, because they were writing (or their snapshot was
+-- taken) while a group joined or left. Once such a transaction has ended,
+-- fanout._reconcile_stamps fixes its rows' stamps and deletes the row;
+-- until then readers do not pass its messages unreconciled and cleanup does
+-- not drop partitions that may hold them.
+CREATE TABLE fanout.stamp_pending (
+    topic_id  bigint NOT NULL REFERENCES fanout.topic ON DELETE CASCADE,
+    txid      xid8 NOT NULL,
+    PRIMARY KEY (topic_id, txid)
 );
 
 -- Reference mode: one backfill (late join or resurrection) or release (dead

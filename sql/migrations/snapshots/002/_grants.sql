@@ -10,8 +10,8 @@ REVOKE ALL ON ALL SEQUENCES IN SCHEMA fanout_data FROM PUBLIC;
 GRANT fanout_producer, fanout_consumer TO fanout_admin;
 
 GRANT EXECUTE ON FUNCTION
-    fanout.publish(text, jsonb, jsonb, text),
-    fanout.publish_batch(text, jsonb[], jsonb[], text[]),
+    fanout.publish(text, jsonb, jsonb, text, boolean),
+    fanout.publish_batch(text, jsonb[], jsonb[], text[], boolean),
     fanout.channel_name(bigint)
 TO fanout_producer;
 

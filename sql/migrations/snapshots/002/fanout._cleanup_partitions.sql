@@ -38,6 +38,9 @@ BEGIN
         RETURN 0;
     END IF;
     FOR v_t IN SELECT * FROM fanout.topic t ORDER BY t.topic_id LOOP
+        IF v_t.completion = 'reference' THEN
+            PERFORM fanout._reconcile_stamps(v_t.topic_id, pg_current_snapshot());
+        END IF;
         FOR v_p IN
             SELECT * FROM fanout.partition p
             WHERE p.topic_id = v_t.topic_id AND p.closed_at IS NOT NULL AND p.truncated_at IS NULL

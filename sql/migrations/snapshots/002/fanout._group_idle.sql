@@ -1,7 +1,8 @@
 -- fanout._group_idle(p_t, p_group_name, p_now): true when a read by this group
 -- would hand out nothing and owes no heartbeat write: the group is active,
 -- its last heartbeat is fresh, no lease of it has expired with messages
--- left, no retry is due and its stream has no unread message. Lets idle
+-- left, no retry is due, no stamp waits to be reconciled (reference mode)
+-- and its stream has no unread message. Lets idle
 -- polls return without locking or writing anything (no xid, no WAL, no dead
 -- row versions while a long transaction holds xmin). Anything else (unknown,
 -- paused, dead or cancelled group) is false: the full read handles it.
@@ -28,6 +29,10 @@ BEGIN
                WHERE l.group_id = v_g.group_id AND l.open_count > 0 AND l.expires_at <= p_now)
        OR EXISTS (SELECT 1 FROM fanout.retry r WHERE r.group_id = v_g.group_id AND r.not_before <= p_now) THEN
         RETURN false;
+    END IF;
+    IF v_g.bit_no IS NOT NULL
+       AND EXISTS (SELECT 1 FROM fanout.stamp_pending s WHERE s.topic_id = p_t.topic_id) THEN
+        RETURN false;  -- stamps to reconcile first (fanout._reconcile_stamps)
     END IF;
     IF v_g.bit_no IS NOT NULL
        AND EXISTS (SELECT 1 FROM fanout.bitmap_job j

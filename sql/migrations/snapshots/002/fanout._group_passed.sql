@@ -1,7 +1,8 @@
 -- fanout._group_passed(p_g, p_part): whether the group is done with every row
--- of a partition: it lies wholly before the group's start, or no open lease
--- or pending retry of the group points into it and its stream has no unread
--- message in it (fanout._group_unread, index look-ups only). Only exact for
+-- of a partition: no open lease or pending retry of the group points into it
+-- and its stream has no unread message in it (fanout._group_unread, index
+-- look-ups only; lying below the group's start is not enough: a transaction
+-- that took an id there before the subscription may commit after it). Only exact for
 -- rows whose transactions have ended: callers that drop the partition lock
 -- it first and ask again.
 -- Reads fanout.lease, fanout.retry and the partition.
@@ -11,9 +12,6 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 BEGIN
-    IF p_part.hi_id <= coalesce(p_g.effective_start_id, 0) THEN
-        RETURN true;
-    END IF;
     IF EXISTS (SELECT 1 FROM fanout.lease l
                WHERE l.group_id = p_g.group_id AND l.open_count > 0 AND l.min_id < p_part.hi_id)
        OR EXISTS (SELECT 1 FROM fanout.retry r

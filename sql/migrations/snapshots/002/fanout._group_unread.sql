@@ -3,7 +3,8 @@
 -- three parts below stops at p_limit; NULL = count all) and when the oldest
 -- of them was published. p_relname restricts the count to one partition of
 -- the topic (NULL = the whole topic). Messages before the group's start do
--- not count, nor in reference mode messages that do not require the group.
+-- not count (in its first window only: see fanout._window_page), nor in reference mode
+-- messages that do not require the group.
 -- Unread are, disjointly:
 --   (a) txid >= xmax(lo) and (txid, id) after the cursor (one range scan);
 --   (b) txid running at lo, after the cursor (point look-ups);
@@ -40,17 +41,18 @@ BEGIN
     EXECUTE format(
         'SELECT count(*), min(u.published_at) FROM (
              (SELECT m.published_at FROM fanout_data.%1$I m
-              WHERE m.txid >= $1 AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 %2$s LIMIT $5)
+              WHERE m.txid >= $1 AND (m.txid, m.id) > ($2, $3) AND (m.id >= $4 OR m.txid >= $9) %2$s LIMIT $5)
              UNION ALL
              (SELECT m.published_at FROM fanout_data.%1$I m
               WHERE m.txid = ANY ($6) AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 %2$s LIMIT $5)
              UNION ALL
              (SELECT m.published_at FROM fanout_data.%1$I m
               WHERE m.txid = ANY ($7) AND NOT pg_visible_in_snapshot(m.txid, $8)
-                AND (m.txid, m.id) <= ($2, $3) AND m.id >= $4 %2$s LIMIT $5)) u', v_table, v_filter)
+                AND (m.txid, m.id) <= ($2, $3) %2$s LIMIT $5)) u', v_table, v_filter)
         INTO messages, oldest_published_at
-        USING pg_snapshot_xmax(v_g.win_lo), v_g.cur_txid, v_g.cur_id, coalesce(v_g.effective_start_id, 0),
+        USING pg_snapshot_xmax(v_g.win_lo), v_g.cur_txid, v_g.cur_id,
+              CASE WHEN pg_snapshot_xmax(v_g.win_lo) = '1' THEN coalesce(v_g.effective_start_id, 0) ELSE 0 END,
               p_limit, ARRAY(SELECT pg_snapshot_xip(v_g.win_lo)), ARRAY(SELECT pg_snapshot_xip(v_g.win_hi)),
-              v_g.win_lo;
+              v_g.win_lo, pg_snapshot_xmax(v_g.win_hi);
 END
 $fn$;

@@ -27,13 +27,16 @@
 {{ template "fanout._manage_partitions.sql" . }}
 {{ template "fanout._next_id.sql" . }}
 {{ template "fanout._normalize_option.sql" . }}
+{{ template "fanout._notify_override.sql" . }}
 {{ template "fanout._partition_droppable.sql" . }}
 {{ template "fanout._partition_floor.sql" . }}
+{{ template "fanout._reconcile_stamps.sql" . }}
 {{ template "fanout._refresh_topic_state.sql" . }}
 {{ template "fanout._release_holds.sql" . }}
 {{ template "fanout._required_mask.sql" . }}
 {{ template "fanout._resurrect.sql" . }}
 {{ template "fanout._set_notify.sql" . }}
+{{ template "fanout._snapshot.sql" . }}
 {{ template "fanout._start_bitmap_job.sql" . }}
 {{ template "fanout._start_state.sql" . }}
 {{ template "fanout._table_writers.sql" . }}

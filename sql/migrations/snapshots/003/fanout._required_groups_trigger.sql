@@ -4,16 +4,32 @@
 -- fanout.topic_state (exact, kept by fanout._group_mask_trigger), so a group
 -- whose subscription committed is required by every message whose insert
 -- sees that commit. completed_groups always starts empty.
+-- The stamp may be stale when the insert's snapshot predates a change of the
+-- mask (a REPEATABLE READ transaction, or a change still committing): the
+-- mask's newest epoch is kept in a sequence, outside MVCC, and when it is
+-- ahead of the epoch this snapshot sees, the transaction is listed in
+-- fanout.stamp_pending, to be restamped once it has ended
+-- (fanout._reconcile_stamps). Writers that were already past this check when
+-- the mask changed are listed by the change itself.
 CREATE OR REPLACE FUNCTION fanout._required_groups_trigger()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
+DECLARE
+    v_epoch bigint;
+    v_live  bigint;
 BEGIN
-    SELECT s.required_mask INTO NEW.required_groups
+    SELECT s.required_mask, s.epoch, pg_sequence_last_value(s.epoch_seq)
+    INTO NEW.required_groups, v_epoch, v_live
     FROM fanout.topic_state s WHERE s.topic_id = TG_ARGV[0]::bigint;
     NEW.required_groups := coalesce(NEW.required_groups, 0);
     NEW.completed_groups := 0;
+    IF v_live > v_epoch THEN
+        INSERT INTO fanout.stamp_pending (topic_id, txid)
+        VALUES (TG_ARGV[0]::bigint, NEW.txid)
+        ON CONFLICT DO NOTHING;
+    END IF;
     RETURN NEW;
 END
 $fn$;
