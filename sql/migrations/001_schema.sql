@@ -202,11 +202,14 @@ CREATE TABLE fanout.topic_state (
 -- fanout._reconcile_stamps fixes its rows' stamps and deletes the row;
 -- until then readers do not pass its messages unreconciled and cleanup does
 -- not drop partitions that may hold them.
+-- No unique key on purpose: a transaction lists itself while a membership
+-- change may list it too, and a unique check would make one wait for the
+-- other (or, under REPEATABLE READ, fail). Duplicates are harmless.
 CREATE TABLE fanout.stamp_pending (
     topic_id  bigint NOT NULL REFERENCES fanout.topic ON DELETE CASCADE,
-    txid      xid8 NOT NULL,
-    PRIMARY KEY (topic_id, txid)
+    txid      xid8 NOT NULL
 );
+CREATE INDEX stamp_pending_idx ON fanout.stamp_pending (topic_id, txid);
 
 -- Reference mode: one backfill (late join or resurrection) or release (dead
 -- group) job per group, checkpointed after every batch.

@@ -1,9 +1,14 @@
 -- fanout._refresh_topic_state(p_now): the "cache refresh": recomputes every
 -- reference-mode topic's required_mask from its groups and repairs it if it
 -- drifted (it never should: triggers keep it exact), logging each repair to
--- fanout.event_log. Returns how many topics were repaired; call again while
--- it returns > 0. Takes its own advisory lock.
--- Tables: fanout.topic_state, fanout.consumer_group, fanout.event_log.
+-- fanout.event_log. It also brings a topic's stored epoch up to its epoch
+-- sequence when a membership change bumped the sequence and then rolled back
+-- (until then every insert lists itself in fanout.stamp_pending: correct,
+-- but extra work); a change in flight holds the row and is skipped.
+-- Returns how many topics were repaired; call again while it returns > 0.
+-- Takes its own advisory lock.
+-- Tables: fanout.topic_state, fanout.consumer_group, fanout.event_log,
+-- fanout_data.m<topic_id>_epoch.
 CREATE OR REPLACE FUNCTION fanout._refresh_topic_state(p_now timestamptz DEFAULT now())
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
@@ -25,6 +30,11 @@ BEGIN
     SELECT t.topic, 'topic_state_repaired', jsonb_build_object('required_mask', fixed.required_mask)
     FROM fixed JOIN fanout.topic t ON t.topic_id = fixed.topic_id;
     GET DIAGNOSTICS v_n = ROW_COUNT;
+    UPDATE fanout.topic_state s SET epoch = pg_sequence_last_value(s.epoch_seq)
+    FROM (SELECT l.topic_id FROM fanout.topic_state l
+          WHERE l.epoch < pg_sequence_last_value(l.epoch_seq)
+          FOR UPDATE SKIP LOCKED) stale
+    WHERE s.topic_id = stale.topic_id;
     RETURN v_n;
 END
 $fn$;

@@ -14,6 +14,9 @@ AS $fn$
 DECLARE
     v_g fanout.consumer_group;
 BEGIN
+    IF p_g.bit_no IS NOT NULL AND p_g.status = 'dead' THEN
+        PERFORM fanout._stamp_fence(p_g.topic_id);  -- before join_snap is taken
+    END IF;
     UPDATE fanout.consumer_group g
     SET status = 'active', missed_heartbeats = 0, last_heartbeat = clock_timestamp(),
         status_changed_at = clock_timestamp(), join_snap = fanout._snapshot()

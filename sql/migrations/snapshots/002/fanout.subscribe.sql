@@ -70,7 +70,7 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('fanout.group:' || v_t.topic_id || ':' || $2, 0));
 
     SELECT * INTO v_g FROM fanout.consumer_group g
-    WHERE g.topic_id = v_t.topic_id AND g.group_name = $2 FOR UPDATE;
+    WHERE g.topic_id = v_t.topic_id AND g.group_name = $2 FOR NO KEY UPDATE;
     IF FOUND THEN
         IF v_g.status = 'cancelled' THEN
             RAISE EXCEPTION 'group % of topic % was cancelled and cannot be subscribed again',
@@ -85,6 +85,11 @@ BEGIN
         RETURN;
     END IF;
 
+    IF v_t.completion = 'reference' THEN
+        -- Before the snapshot that defines what the group gets: every
+        -- transaction it does not see gets the group's bit (_stamp_fence).
+        PERFORM fanout._stamp_fence(v_t.topic_id);
+    END IF;
     v_s := fanout._start_state(v_t, v_pos, $4, $5, $6);
     IF v_t.completion = 'reference' THEN
         v_bit := fanout._assign_bit(v_t);

@@ -37,6 +37,7 @@
 {{ template "fanout._resurrect.sql" . }}
 {{ template "fanout._set_notify.sql" . }}
 {{ template "fanout._snapshot.sql" . }}
+{{ template "fanout._stamp_fence.sql" . }}
 {{ template "fanout._start_bitmap_job.sql" . }}
 {{ template "fanout._start_state.sql" . }}
 {{ template "fanout._table_writers.sql" . }}

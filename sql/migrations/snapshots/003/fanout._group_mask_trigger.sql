@@ -6,13 +6,11 @@
 -- It also starts the group's bitmap jobs: a release when it dies or is
 -- cancelled, a backfill of what it missed (the newest max_backfill retained
 -- messages since it joined) when a dead group comes back.
--- A change of the mask bumps the topic's epoch (a sequence: every insert sees
--- the bump at once, committed or not) and lists in fanout.stamp_pending the
--- transactions writing to the topic now: their rows may carry the old mask
--- and commit after this change. Inserts that check the epoch after the bump
--- list themselves (fanout._required_groups_trigger). Concurrent changes of
--- one topic are serialised on its topic_state row, and the mask is computed
--- after that lock, so it sees the change that committed first.
+-- A change of the mask goes through fanout._stamp_fence (epoch bump, writers
+-- listed in fanout.stamp_pending) and stores the new epoch with the mask.
+-- Concurrent changes of one topic are serialised on its topic_state row,
+-- and the mask is computed after that lock, so it sees the change that
+-- committed first.
 CREATE OR REPLACE FUNCTION fanout._group_mask_trigger()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -21,10 +19,8 @@ AS $fn$
 DECLARE
     v_topic_id bigint := CASE WHEN TG_OP = 'DELETE' THEN OLD.topic_id ELSE NEW.topic_id END;
     v_old      bigint;
-    v_seq      regclass;
     v_mask     bigint;
     v_epoch    bigint;
-    v_table    text;
 BEGIN
     IF TG_OP = 'UPDATE' AND NEW.status IS NOT DISTINCT FROM OLD.status
        AND NEW.bit_no IS NOT DISTINCT FROM OLD.bit_no THEN
@@ -33,21 +29,14 @@ BEGIN
     IF (CASE WHEN TG_OP = 'DELETE' THEN OLD.bit_no ELSE NEW.bit_no END) IS NULL THEN
         RETURN NULL;  -- offset mode
     END IF;
-    SELECT s.required_mask, s.epoch_seq INTO v_old, v_seq
+    SELECT s.required_mask INTO v_old
     FROM fanout.topic_state s WHERE s.topic_id = v_topic_id FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;  -- the topic is being dropped
     END IF;
     v_mask := fanout._required_mask(v_topic_id);
     IF v_mask IS DISTINCT FROM v_old THEN
-        v_epoch := nextval(v_seq);
-        SELECT t.data_table INTO v_table FROM fanout.topic t WHERE t.topic_id = v_topic_id;
-        IF v_table IS NOT NULL THEN  -- NULL while the topic itself is being dropped
-            INSERT INTO fanout.stamp_pending (topic_id, txid)
-            SELECT v_topic_id, w.x
-            FROM unnest(fanout._table_writers(format('fanout_data.%I', v_table)::regclass)) AS w(x)
-            ON CONFLICT DO NOTHING;
-        END IF;
+        v_epoch := fanout._stamp_fence(v_topic_id);
         UPDATE fanout.topic_state s
         SET required_mask = v_mask, epoch = v_epoch, refreshed_at = clock_timestamp()
         WHERE s.topic_id = v_topic_id;

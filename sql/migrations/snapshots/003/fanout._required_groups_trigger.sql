@@ -27,8 +27,9 @@ BEGIN
     NEW.completed_groups := 0;
     IF v_live > v_epoch THEN
         INSERT INTO fanout.stamp_pending (topic_id, txid)
-        VALUES (TG_ARGV[0]::bigint, NEW.txid)
-        ON CONFLICT DO NOTHING;
+        SELECT TG_ARGV[0]::bigint, NEW.txid
+        WHERE NOT EXISTS (SELECT 1 FROM fanout.stamp_pending s
+                          WHERE s.topic_id = TG_ARGV[0]::bigint AND s.txid = NEW.txid);
     END IF;
     RETURN NEW;
 END

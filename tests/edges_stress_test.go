@@ -1,0 +1,504 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The delivery rule under load: every group receives every message whose
+// transaction commits after its subscription committed (plus the history its
+// start position asks for), never one that rolled back, whatever the
+// publisher's isolation level, while maintenance rotates and reclaims
+// partitions every 40 ms with retention 0 and groups join and leave.
+//
+// Producers publish unique keys to a queue topic, an offset-mode and a
+// reference-mode pubsub topic, in READ COMMITTED and REPEATABLE READ
+// transactions with random delays, savepoints rolled back, batches and whole
+// rollbacks. Consumers (2-3 per group) read small pages, ack, nack for an
+// immediate retry, let leases expire, and ack late. Late groups subscribe
+// mid-run (latest, earliest, capped earliest) and churn groups subscribe and
+// unsubscribe. At the end every group must have every key it is owed.
+// PGQ_STRESS_SECONDS sets the load phase (default 12).
+func TestEdgesStress(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	seconds := 12
+	if s := os.Getenv("PGQ_STRESS_SECONDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err)
+		seconds = n
+	}
+	cfg, err := pgxpool.ParseConfig(b.URL)
+	require.NoError(t, err)
+	cfg.MaxConns = 40
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	const opts = "partition_interval => '1 minute', retention => '0', zero_subscription_retention => '0', max_attempts => 1000"
+	for _, sql := range []string{
+		"SELECT fanout.create_topic('sq', " + opts + ")",
+		"SELECT fanout.create_topic('so', semantics => 'pubsub', " + opts + ")",
+		"SELECT fanout.create_topic('sr', semantics => 'pubsub', completion => 'reference', " + opts + ")",
+		"SELECT fanout.subscribe('so', 'o1')", "SELECT fanout.subscribe('so', 'o2')",
+		"SELECT fanout.subscribe('sr', 'r1')", "SELECT fanout.subscribe('sr', 'r2')",
+	} {
+		_, err := pool.Exec(b.ctx, sql)
+		require.NoError(t, err, sql)
+	}
+
+	st := newStressState()
+	loadCtx, stopLoad := context.WithTimeout(b.ctx, time.Duration(seconds)*time.Second)
+	defer stopLoad()
+	consumeCtx, stopConsume := context.WithCancel(b.ctx)
+	defer stopConsume()
+
+	var load, consumers sync.WaitGroup
+	for p := 0; p < 4; p++ {
+		load.Add(1)
+		go func() { defer load.Done(); st.produce(loadCtx, t, pool, p) }()
+	}
+	groups := []stressGroup{{"sq", ""}, {"so", "o1"}, {"so", "o2"}, {"sr", "r1"}, {"sr", "r2"}}
+	startConsumers := func(g stressGroup, n int) {
+		for c := 0; c < n; c++ {
+			consumers.Add(1)
+			go func() { defer consumers.Done(); st.consume(consumeCtx, t, pool, g, c) }()
+		}
+	}
+	for i, g := range groups {
+		startConsumers(g, 2+i%2)
+	}
+	load.Add(2)
+	go func() { defer load.Done(); stressMaintain(loadCtx, t, pool) }()
+	go func() { defer load.Done(); st.churn(loadCtx, t, pool) }()
+
+	// Late joiners, a third of the way in.
+	select {
+	case <-time.After(time.Duration(seconds) * time.Second / 3):
+	case <-loadCtx.Done():
+	}
+	type lateGroup struct {
+		g   stressGroup
+		all bool
+	}
+	var lates []lateGroup
+	for _, late := range []struct {
+		topic, group, args string
+	}{
+		{"so", "late_latest", "'latest'"}, {"so", "late_earliest", "'earliest'"},
+		{"so", "late_capped", "'earliest', max_backfill => 50"},
+		{"sr", "late_latest", "'latest'"}, {"sr", "late_earliest", "'earliest'"},
+		{"sr", "late_capped", "'earliest', max_backfill => 50"},
+	} {
+		_, err := pool.Exec(b.ctx, fmt.Sprintf("SELECT fanout.subscribe('%s', '%s', %s)", late.topic, late.group, late.args))
+		require.NoError(t, err)
+		g := stressGroup{late.topic, late.group}
+		// History is owed as retained and as the backfill scope allows
+		// (retention 0 here, pending_only in reference mode): the unit tests
+		// cover it; this run checks what committed after the subscription.
+		lates = append(lates, lateGroup{g, false})
+		groups = append(groups, g)
+		startConsumers(g, 2)
+	}
+	load.Wait()
+	for _, l := range lates {
+		st.owe(b.ctx, t, pool, l.g, l.all)
+	}
+	load.Wait()
+
+	// Drain: consumers go on until every group has what it is owed (or a
+	// generous deadline passes; the report then names what is missing).
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		_, _ = pool.Exec(b.ctx, "SELECT fanout._bitmap_step()")
+		if st.missingTotal(groups) == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stopConsume()
+	consumers.Wait()
+
+	for _, e := range st.firstErrors() {
+		t.Logf("error: %s", e)
+	}
+	for _, g := range groups {
+		owed, got, missing, ghost := st.report(g)
+		t.Logf("%-4s %-14s committed-owed %6d delivered %6d missing %d rolled-back-delivered %d",
+			g.topic, g.group, owed, got, missing, ghost)
+		assert.Zero(t, missing, "%s/%s lost messages", g.topic, g.group)
+		assert.Zero(t, ghost, "%s/%s got rolled-back messages", g.topic, g.group)
+	}
+	require.Zero(t, st.errs.Load(), "unexpected errors: %v", st.firstErrors())
+	var problems []string
+	rows, err := pool.Query(b.ctx, "SELECT coalesce(topic, '') || ': ' || coalesce(problem, '') FROM fanout.check_consistency()")
+	require.NoError(t, err)
+	problems, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Empty(t, problems)
+	t.Logf("committed %d keys (%d rolled back), %d churn groups", st.commitCount(), st.rolledBack(), st.churned())
+}
+
+type stressGroup struct{ topic, group string }
+
+// stressState is what producers committed and consumers received.
+type stressState struct {
+	mu         sync.Mutex
+	committed  []string        // keys in commit order (a key goes to all three topics)
+	txids      []string        // parallel to committed: the publishing transaction
+	ghosts     map[string]bool // keys whose transaction (or savepoint) rolled back
+	got        map[stressGroup]map[string]bool
+	owedOnly   map[stressGroup]map[string]bool // late groups: the keys they are owed
+	churnCount int
+	errs       countErr
+}
+
+type countErr struct {
+	mu   sync.Mutex
+	n    int
+	msgs []string
+}
+
+func (c *countErr) add(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	if len(c.msgs) < 5 {
+		c.msgs = append(c.msgs, err.Error())
+	}
+}
+
+func (c *countErr) Load() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func newStressState() *stressState {
+	return &stressState{ghosts: map[string]bool{}, got: map[stressGroup]map[string]bool{},
+		owedOnly: map[stressGroup]map[string]bool{}}
+}
+
+func (s *stressState) firstErrors() []string {
+	s.errs.mu.Lock()
+	defer s.errs.mu.Unlock()
+	return s.errs.msgs
+}
+
+func (s *stressState) commitCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.committed)
+}
+
+func (s *stressState) rolledBack() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ghosts)
+}
+
+func (s *stressState) churned() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.churnCount
+}
+
+// owe computes, once the load has stopped, what a late group is owed:
+// every key whose transaction its subscription's snapshot (join_snap) did
+// not see, i.e. everything that committed after the subscription (and, for
+// an uncapped earliest, everything).
+func (s *stressState) owe(ctx context.Context, t *testing.T, pool *pgxpool.Pool, g stressGroup, all bool) {
+	s.mu.Lock()
+	keys, txids := append([]string(nil), s.committed...), append([]string(nil), s.txids...)
+	s.mu.Unlock()
+	owed := map[string]bool{}
+	if all {
+		for _, k := range keys {
+			owed[k] = true
+		}
+	} else {
+		rows, err := pool.Query(ctx, `
+			SELECT u.k FROM unnest($3::text[], $4::xid8[]) AS u(k, x)
+			WHERE NOT pg_visible_in_snapshot(u.x, (SELECT g.join_snap FROM fanout.consumer_group g
+			                                        JOIN fanout.topic t USING (topic_id)
+			                                        WHERE t.topic = $1 AND g.group_name = $2))`,
+			g.topic, g.group, keys, txids)
+		require.NoError(t, err)
+		ks, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		for _, k := range ks {
+			owed[k] = true
+		}
+	}
+	s.mu.Lock()
+	s.owedOnly[g] = owed
+	s.mu.Unlock()
+}
+
+// owed: the keys a group must receive.
+func (s *stressState) owed(g stressGroup) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	only, late := s.owedOnly[g]
+	if !late {
+		return append([]string(nil), s.committed...)
+	}
+	keys := make([]string, 0, len(only))
+	for k := range only {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func (s *stressState) missingTotal(groups []stressGroup) int {
+	n := 0
+	for _, g := range groups {
+		_, _, missing, _ := s.report(g)
+		n += missing
+	}
+	return n
+}
+
+func (s *stressState) report(g stressGroup) (owed, got, missing, ghost int) {
+	keys := s.owed(g)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		if !s.got[g][k] {
+			missing++
+		}
+	}
+	for k := range s.got[g] {
+		if s.ghosts[k] {
+			ghost++
+		}
+	}
+	return len(keys), len(s.got[g]), missing, ghost
+}
+
+func (s *stressState) delivered(g stressGroup, key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.got[g] == nil {
+		s.got[g] = map[string]bool{}
+	}
+	s.got[g][key] = true
+}
+
+// produce publishes keys p<n>-<i> to all three topics per transaction.
+func (s *stressState) produce(ctx context.Context, t *testing.T, pool *pgxpool.Pool, n int) {
+	rng := rand.New(rand.NewPCG(uint64(n), 42))
+	for i := 0; ctx.Err() == nil; i++ {
+		iso := pgx.ReadCommitted
+		if rng.IntN(3) == 0 {
+			iso = pgx.RepeatableRead
+		}
+		tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
+		if err != nil {
+			if ctx.Err() == nil {
+				s.errs.add(fmt.Errorf("begin: %w", err))
+			}
+			return
+		}
+		if iso == pgx.RepeatableRead {
+			// Take the snapshot now; publish later.
+			_, _ = tx.Exec(ctx, "SELECT count(*) FROM fanout.topic")
+			time.Sleep(time.Duration(rng.IntN(5)) * time.Millisecond)
+		}
+		var keys, undone []string
+		var txid string
+		ok := true
+		if err = tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&txid); err != nil {
+			ok = false
+		}
+		for j := 0; j < 1+rng.IntN(3) && ok; j++ {
+			key := fmt.Sprintf("p%d-%d-%d", n, i, j)
+			payload := fmt.Sprintf(`{"k":%q}`, key)
+			switch rng.IntN(4) {
+			case 0: // rolled back to a savepoint
+				_, err = tx.Exec(ctx, "SAVEPOINT s")
+				if err == nil {
+					err = stressPublish(ctx, tx, payload, false)
+				}
+				if err == nil {
+					_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT s")
+				}
+				undone = append(undone, key)
+			case 1: // a batch of two
+				key2 := key + "b"
+				_, err = tx.Exec(ctx, `SELECT fanout.publish_batch(t, ARRAY[$1::jsonb, $2::jsonb]) FROM unnest(ARRAY['sq','so','sr']) t`,
+					payload, fmt.Sprintf(`{"k":%q}`, key2))
+				keys = append(keys, key, key2)
+			default:
+				err = stressPublish(ctx, tx, payload, false)
+				keys = append(keys, key)
+			}
+			ok = err == nil
+		}
+		time.Sleep(time.Duration(rng.IntN(4)) * time.Millisecond)
+		if !ok || rng.IntN(10) == 0 {
+			_ = tx.Rollback(ctx)
+			s.mu.Lock()
+			for _, k := range append(keys, undone...) {
+				s.ghosts[k] = true
+			}
+			s.mu.Unlock()
+			if !ok && ctx.Err() == nil {
+				s.errs.add(fmt.Errorf("publish: %w", err))
+			}
+			continue
+		}
+		if err := tx.Commit(ctx); err != nil {
+			if ctx.Err() == nil {
+				s.errs.add(fmt.Errorf("commit: %w", err))
+			}
+			return
+		}
+		s.mu.Lock()
+		s.committed = append(s.committed, keys...)
+		for range keys {
+			s.txids = append(s.txids, txid)
+		}
+		for _, k := range undone {
+			s.ghosts[k] = true
+		}
+		s.mu.Unlock()
+	}
+}
+
+func stressPublish(ctx context.Context, tx pgx.Tx, payload string, _ bool) error {
+	_, err := tx.Exec(ctx, `SELECT fanout.publish(t, $1::jsonb) FROM unnest(ARRAY['sq','so','sr']) t`, payload)
+	return err
+}
+
+// consume reads pages of a group and records every key it acks.
+func (s *stressState) consume(ctx context.Context, t *testing.T, pool *pgxpool.Pool, g stressGroup, n int) {
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(len(g.group))))
+	var group *string
+	if g.group != "" {
+		group = &g.group
+	}
+	consumer := fmt.Sprintf("%s-%d", g.group, n)
+	for ctx.Err() == nil {
+		lease := "2 seconds"
+		if rng.IntN(20) == 0 {
+			lease = "50 milliseconds"
+		}
+		ms, err := readMsgs(ctx, pool, g.topic, group, consumer, 1+rng.IntN(20), lease)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.errs.add(fmt.Errorf("read %s/%s: %w", g.topic, g.group, err))
+			}
+			return
+		}
+		if len(ms) == 0 {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		switch r := rng.IntN(25); {
+		case r == 0: // let the lease expire: the page comes back
+			continue
+		case r == 1: // nack one for an immediate retry
+			_, err = pool.Exec(ctx, "SELECT fanout.nack($1, $2, '0')", ms[0].LeaseID, []int64{ms[0].MessageID})
+			if err != nil && ctx.Err() == nil && qState(err) != "PGQ11" {
+				s.errs.add(fmt.Errorf("nack: %w", err))
+			}
+			ms = ms[1:]
+		case r == 2 && lease == "50 milliseconds": // ack late: fenced, or still fine
+			time.Sleep(80 * time.Millisecond)
+		}
+		if len(ms) == 0 {
+			continue
+		}
+		msgIDs := make([]int64, len(ms))
+		for i, m := range ms {
+			msgIDs[i] = m.MessageID
+		}
+		_, err = pool.Exec(ctx, "SELECT fanout.ack($1, $2)", ms[0].LeaseID, msgIDs)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "PGQ11" {
+			continue // fenced: another member has them now
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				s.errs.add(fmt.Errorf("ack: %w", err))
+			}
+			return
+		}
+		for _, m := range ms {
+			var p struct {
+				K string `json:"k"`
+			}
+			if json.Unmarshal(m.Payload, &p) == nil {
+				s.delivered(g, p.K)
+			}
+		}
+	}
+}
+
+// churn subscribes short-lived groups to the reference topic (and the offset
+// one), reads a little, and unsubscribes them.
+func (s *stressState) churn(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
+	starts := []string{"'latest'", "'earliest'", "'earliest', max_backfill => 10"}
+	for i := 0; ctx.Err() == nil; i++ {
+		topic := []string{"sr", "so"}[i%2]
+		name := fmt.Sprintf("churn%d", i)
+		if _, err := pool.Exec(ctx, fmt.Sprintf("SELECT fanout.subscribe('%s', '%s', %s)", topic, name, starts[i%3])); err != nil {
+			if ctx.Err() == nil {
+				s.errs.add(fmt.Errorf("churn subscribe: %w", err))
+			}
+			return
+		}
+		for j := 0; j < 3 && ctx.Err() == nil; j++ {
+			ms, err := readMsgs(ctx, pool, topic, &name, "c", 10, "5 seconds")
+			if err == nil && len(ms) > 0 {
+				_, err = pool.Exec(ctx, "SELECT fanout.ack($1)", ms[0].LeaseID)
+			}
+			if err != nil && ctx.Err() == nil {
+				s.errs.add(fmt.Errorf("churn read: %w", err))
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if _, err := pool.Exec(ctx, fmt.Sprintf("SELECT fanout.unsubscribe('%s', '%s')", topic, name)); err != nil && ctx.Err() == nil {
+			s.errs.add(fmt.Errorf("churn unsubscribe: %w", err))
+			return
+		}
+		s.mu.Lock()
+		s.churnCount++
+		s.mu.Unlock()
+	}
+}
+
+// stressMaintain rotates and reclaims every 40 ms as if an hour had passed
+// each time (retention 0), and steps bitmap jobs.
+func stressMaintain(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
+	for ctx.Err() == nil {
+		for _, sql := range []string{
+			"SELECT fanout._manage_partitions(now() + interval '1 hour')",
+			"SELECT fanout._cleanup_partitions(now() + interval '1 hour')",
+			"SELECT fanout._bitmap_step()", "SELECT fanout._bitmap_step()",
+			"SELECT fanout._cleanup_groups()",
+		} {
+			if _, err := pool.Exec(ctx, sql); err != nil && ctx.Err() == nil {
+				t.Errorf("%s: %v", sql, err)
+				return
+			}
+		}
+		time.Sleep(40 * time.Millisecond)
+	}
+}
