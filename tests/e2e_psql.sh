@@ -70,10 +70,25 @@ check "replay" \
   "SELECT fanout.replay_dead_letters('orders.retry', NULL, ARRAY(SELECT message_id FROM fanout.dead_letters WHERE topic = 'orders.retry')) = 1"
 check "replayed message readable" "SELECT count(*) = 1 FROM fanout.read('orders.retry', consumer => 'w1')"
 
+# Inbox (the README section): idempotent receipt, delayed delivery, replay.
+check "create inbox topic" "SELECT fanout.create_topic('payments.inbox') > 0"
+check "a repeated dedupe key returns the first id" \
+  "SELECT fanout.publish('payments.inbox', '{\"amount\":10}', dedupe_key => 'evt-8f2c')
+        = fanout.publish('payments.inbox', '{\"amount\":10}', dedupe_key => 'evt-8f2c')"
+check "publish a delayed message" \
+  "SELECT fanout.publish('payments.inbox', '{\"remind\":true}', delay => '10 minutes') > 0"
+check "it is scheduled" "SELECT scheduled = 1 FROM fanout.topics WHERE topic = 'payments.inbox'"
+check "read gets the payment once, not the reminder" \
+  "SELECT count(*) = 1 AND bool_and(payload = '{\"amount\":10}') FROM fanout.read('payments.inbox', consumer => 'w1')"
+check "ack it" "SELECT fanout.ack((SELECT max(lease_id) FROM fanout.lease)) = 1"
+check "replay it by id" \
+  "SELECT fanout.replay('payments.inbox', NULL, ARRAY(SELECT message_id FROM fanout.dedupe WHERE dedupe_key = 'evt-8f2c')) = 1"
+check "replayed payment readable" "SELECT count(*) = 1 FROM fanout.read('payments.inbox', consumer => 'w1')"
+
 # Errors carry documented SQLSTATEs.
 check "unknown topic is PGQ01" \
   "DO \$\$ BEGIN PERFORM fanout.publish('nope', '{}'); EXCEPTION WHEN SQLSTATE 'PGQ01' THEN RAISE NOTICE 'ok'; END \$\$; SELECT true"
 check "maintenance round runs" "SELECT fanout.run_maintenance() >= 0"
-check "topics view" "SELECT count(*) = 3 FROM fanout.topics"
+check "topics view" "SELECT count(*) = 4 FROM fanout.topics"
 
 if [ $fail = 0 ]; then echo "e2e_psql: all checks passed"; else echo "e2e_psql: FAILED"; exit 1; fi

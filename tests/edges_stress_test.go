@@ -136,6 +136,9 @@ func TestEdgesStress(t *testing.T) {
 	for _, e := range st.firstErrors() {
 		t.Logf("error: %s", e)
 	}
+	if st.missingTotal(groups) > 0 {
+		stressDiagnose(b.ctx, t, pool)
+	}
 	for _, g := range groups {
 		owed, got, missing, ghost := st.report(g)
 		t.Logf("%-4s %-14s committed-owed %6d delivered %6d missing %d rolled-back-delivered %d",
@@ -500,5 +503,34 @@ func stressMaintain(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 			}
 		}
 		time.Sleep(40 * time.Millisecond)
+	}
+}
+
+// stressDiagnose logs the state that explains missing messages: groups,
+// reference stamps, pending reconciliations, bitmap jobs, lock waits.
+func stressDiagnose(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
+	for _, q := range []string{
+		`SELECT string_agg(format('%s/%s %s bit=%s cur=%s:%s lo=%s hi=%s', t.topic, g.group_name, g.status, g.bit_no,
+		        g.cur_txid, g.cur_id, g.win_lo, g.win_hi), E'\n')
+		   FROM fanout.consumer_group g JOIN fanout.topic t USING (topic_id) WHERE g.status <> 'cancelled'`,
+		`SELECT format('topic_state mask=%s epoch=%s live=%s', required_mask, epoch, pg_sequence_last_value(epoch_seq))
+		   FROM fanout.topic_state`,
+		`SELECT format('stamp_pending rows=%s distinct txids=%s', count(*), count(DISTINCT txid)) FROM fanout.stamp_pending`,
+		`SELECT coalesce(string_agg(format('job %s %s %s next=%s upto=%s fence=%s', group_id, kind, status, next_id, upto_id, fence_txids), E'\n'), 'no jobs')
+		   FROM fanout.bitmap_job WHERE status IN ('not_started', 'in_progress')`,
+		`SELECT coalesce(string_agg(format('bit %s: required %s, completed %s', b, r, c), E'\n'), 'no messages')
+		   FROM (SELECT b, count(*) FILTER (WHERE (m.required_groups & (1::bigint << b)) <> 0) AS r,
+		                count(*) FILTER (WHERE (m.completed_groups & (1::bigint << b)) <> 0) AS c
+		           FROM fanout_data.m3 m, generate_series(0, 4) AS b GROUP BY b) x`,
+		`SELECT coalesce(string_agg(format('pid %s waits %s: %s', pid, wait_event, left(query, 80)), E'\n'), 'no waiters')
+		   FROM pg_stat_activity WHERE wait_event_type = 'Lock'`,
+		`SELECT format('retry rows %s, open leases %s', (SELECT count(*) FROM fanout.retry), (SELECT count(*) FROM fanout.lease WHERE open_count > 0))`,
+	} {
+		var out string
+		if err := pool.QueryRow(ctx, q).Scan(&out); err != nil {
+			t.Logf("diagnose: %v", err)
+			continue
+		}
+		t.Logf("diagnose:\n%s", out)
 	}
 }

@@ -22,12 +22,16 @@
 -- transaction as running: a reader never gets its own uncommitted messages,
 -- and gets them after it commits.
 --
+-- Messages published with a deliver_at still in the future are not handed
+-- out: the cursor passes them and they go to the group's retry table
+-- (attempt 0, not_before = deliver_at), which fanout.read serves when due.
 -- The aggregates read the ordered page as it comes (one pass, arrays in
 -- (txid, id) order, parallel). The page comes back with its messages (payload, headers, message_group,
 -- published_at as arrays parallel to o_ids), so the caller needs no second
--- look-up. The caller holds the group row FOR UPDATE and writes the
+-- look-up. The caller holds the group row FOR NO KEY UPDATE and writes the
 -- returned state back (o_changed). Reads fanout.consumer_group, fanout.partition and the
--- topic's message table.
+-- topic's message table; writes fanout.retry (delayed messages) and, through
+-- fanout._reconcile_stamps, reference-mode stamps.
 CREATE OR REPLACE FUNCTION fanout._window_page(
     p_group_id bigint, p_topic_id bigint, p_table text, p_limit int,
     OUT o_ids bigint[], OUT o_txids xid8[],
@@ -56,6 +60,9 @@ DECLARE
     v_hd      jsonb[];
     v_gr      text[];
     v_pa      timestamptz[];
+    v_da      timestamptz[];
+    v_deliver timestamptz[] := '{}';
+    v_now     timestamptz := clock_timestamp();
     v_got     int;
     v_min_id  bigint;
     v_new     pg_snapshot;
@@ -93,12 +100,12 @@ BEGIN
                     'SELECT array_agg(s.id), array_agg(s.txid),
                             array_agg(s.payload), array_agg(s.headers),
                             array_agg(s.message_group),
-                            array_agg(s.published_at)
-                     FROM (SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at
+                            array_agg(s.published_at), array_agg(s.deliver_at)
+                     FROM (SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at, m.deliver_at
                            FROM fanout_data.%I m
                            WHERE m.txid = ANY($1) AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 %s
                            ORDER BY m.txid, m.id LIMIT $5) s', p_table, v_filter)
-                    INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa USING v_lo_xip, o_cur_txid, o_cur_id, v_min_id, v_left;
+                    INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da USING v_lo_xip, o_cur_txid, o_cur_id, v_min_id, v_left;
                 v_got := coalesce(cardinality(v_ids), 0);
                 IF v_got > 0 THEN
                     o_ids := o_ids || v_ids;
@@ -107,6 +114,7 @@ BEGIN
                     o_headers := o_headers || v_hd;
                     o_groups := o_groups || v_gr;
                     o_published := o_published || v_pa;
+                    v_deliver := v_deliver || v_da;
                     o_cur_txid := v_txids[v_got];
                     o_cur_id := v_ids[v_got];
                     o_changed := true;
@@ -127,13 +135,13 @@ BEGIN
                 'SELECT array_agg(s.id), array_agg(s.txid),
                         array_agg(s.payload), array_agg(s.headers),
                         array_agg(s.message_group),
-                        array_agg(s.published_at)
-                 FROM (SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at
+                        array_agg(s.published_at), array_agg(s.deliver_at)
+                 FROM (SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at, m.deliver_at
                        FROM fanout_data.%I m
                        WHERE m.txid >= $1 AND m.txid < $2 AND (m.txid, m.id) > ($1, $3)
                          AND m.txid <> ALL ($4) AND m.id >= $5 %s
                        ORDER BY m.txid, m.id LIMIT $6) s', p_table, v_filter)
-                INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa
+                INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da
                 USING o_cur_txid, pg_snapshot_xmax(o_hi), o_cur_id, v_hi_xip, v_min_id, v_left;
             v_got := coalesce(cardinality(v_ids), 0);
             IF v_got > 0 THEN
@@ -143,6 +151,7 @@ BEGIN
                 o_headers := o_headers || v_hd;
                 o_groups := o_groups || v_gr;
                 o_published := o_published || v_pa;
+                v_deliver := v_deliver || v_da;
                 o_cur_txid := v_txids[v_got];
                 o_cur_id := v_ids[v_got];
                 o_changed := true;
@@ -166,5 +175,23 @@ BEGIN
             PERFORM fanout._reconcile_stamps(p_topic_id, o_hi);
         END IF;
     END LOOP;
+
+    -- Delayed messages (publish(..., deliver_at)) not due yet: the cursor
+    -- passes them, and they wait in the group's retry table until then, so
+    -- they never hold back what comes after them.
+    IF EXISTS (SELECT 1 FROM unnest(v_deliver) AS d WHERE d > v_now) THEN
+        INSERT INTO fanout.retry (group_id, message_id, txid, attempt, not_before)
+        SELECT p_group_id, u.id, u.tx, 0, u.d
+        FROM unnest(o_ids, o_txids, v_deliver) AS u(id, tx, d)
+        WHERE u.d > v_now
+        ON CONFLICT DO NOTHING;
+        SELECT coalesce(array_agg(u.id ORDER BY u.ord), '{}'), coalesce(array_agg(u.tx ORDER BY u.ord), '{}'),
+               coalesce(array_agg(u.p ORDER BY u.ord), '{}'), coalesce(array_agg(u.h ORDER BY u.ord), '{}'),
+               coalesce(array_agg(u.g ORDER BY u.ord), '{}'), coalesce(array_agg(u.pa ORDER BY u.ord), '{}')
+        INTO o_ids, o_txids, o_payloads, o_headers, o_groups, o_published
+        FROM unnest(o_ids, o_txids, o_payloads, o_headers, o_groups, o_published, v_deliver)
+             WITH ORDINALITY AS u(id, tx, p, h, g, pa, d, ord)
+        WHERE u.d IS NULL OR u.d <= v_now;
+    END IF;
 END
 $fn$;

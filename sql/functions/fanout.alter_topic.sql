@@ -12,7 +12,8 @@ CREATE OR REPLACE FUNCTION fanout.alter_topic(
     max_payload_bytes                   int DEFAULT NULL,
     zombie_ttl                          interval DEFAULT NULL,
     notify                              boolean DEFAULT NULL,
-    partition_interval                  interval DEFAULT NULL)
+    partition_interval                  interval DEFAULT NULL,
+    dedupe_window                       interval DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -39,13 +40,15 @@ BEGIN
     v_new.zombie_ttl := coalesce($8, v_old.zombie_ttl);
     v_new.notify := coalesce($9, v_old.notify);
     v_new.partition_interval := coalesce($10, v_old.partition_interval);
+    v_new.dedupe_window := coalesce($11, v_old.dedupe_window);
     PERFORM fanout._check_topic_settings(v_new);
     UPDATE fanout.topic t
     SET retention = v_new.retention, zero_subscription_retention = v_new.zero_subscription_retention,
         block_writes_without_subscriptions = v_new.block_writes_without_subscriptions,
         max_retention = v_new.max_retention, max_attempts = v_new.max_attempts,
         max_payload_bytes = v_new.max_payload_bytes, zombie_ttl = v_new.zombie_ttl,
-        notify = v_new.notify, partition_interval = v_new.partition_interval
+        notify = v_new.notify, partition_interval = v_new.partition_interval,
+        dedupe_window = v_new.dedupe_window
     WHERE t.topic_id = v_old.topic_id;
     IF v_new.notify IS DISTINCT FROM v_old.notify THEN
         PERFORM fanout._set_notify(v_old.topic_id, v_new.notify);

@@ -24,7 +24,8 @@ CREATE OR REPLACE FUNCTION fanout.create_topic(
     max_payload_bytes                   int DEFAULT 1048576,
     zombie_ttl                          interval DEFAULT '7 days',
     notify                              boolean DEFAULT true,
-    partition_interval                  interval DEFAULT '1 hour')
+    partition_interval                  interval DEFAULT '1 hour',
+    dedupe_window                       interval DEFAULT '24 hours')
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -49,6 +50,7 @@ BEGIN
     v_new.zombie_ttl := $10;
     v_new.notify := $11;
     v_new.partition_interval := $12;
+    v_new.dedupe_window := $13;
     PERFORM fanout._check_topic_settings(v_new);
     IF v_new.semantics = 'queue' AND v_new.completion <> 'offset' THEN
         RAISE EXCEPTION 'completion % applies to pubsub topics only; a queue topic message needs one ack',
@@ -72,7 +74,8 @@ BEGIN
             ('max_payload_bytes', v_old.max_payload_bytes IS DISTINCT FROM v_new.max_payload_bytes),
             ('zombie_ttl', v_old.zombie_ttl IS DISTINCT FROM v_new.zombie_ttl),
             ('notify', v_old.notify IS DISTINCT FROM v_new.notify),
-            ('partition_interval', v_old.partition_interval IS DISTINCT FROM v_new.partition_interval)
+            ('partition_interval', v_old.partition_interval IS DISTINCT FROM v_new.partition_interval),
+            ('dedupe_window', v_old.dedupe_window IS DISTINCT FROM v_new.dedupe_window)
         ) AS d(k, differs)
         WHERE differs;
         IF v_diff IS NOT NULL THEN
@@ -85,10 +88,11 @@ BEGIN
 
     INSERT INTO fanout.topic AS t (topic, semantics, completion, retention, zero_subscription_retention,
         block_writes_without_subscriptions, max_retention, max_attempts, max_payload_bytes, zombie_ttl,
-        notify, partition_interval, data_table, seq_name)
+        notify, partition_interval, data_table, seq_name, dedupe_window)
     VALUES (p_topic, v_new.semantics, v_new.completion, v_new.retention, v_new.zero_subscription_retention,
         v_new.block_writes_without_subscriptions, v_new.max_retention, v_new.max_attempts,
-        v_new.max_payload_bytes, v_new.zombie_ttl, v_new.notify, v_new.partition_interval, '', '')
+        v_new.max_payload_bytes, v_new.zombie_ttl, v_new.notify, v_new.partition_interval, '', '',
+        v_new.dedupe_window)
     RETURNING * INTO v_new;
 
     v_new.data_table := 'm' || v_new.topic_id;
@@ -104,12 +108,16 @@ BEGIN
             id            bigint      NOT NULL DEFAULT nextval(%L::regclass),
             published_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
             message_group text,
+            deliver_at    timestamptz,
             headers       jsonb       NOT NULL DEFAULT '{}',
             payload       jsonb       NOT NULL
         ) PARTITION BY RANGE (id)$ddl$,
         v_new.data_table, 'fanout_data.' || quote_ident(v_new.seq_name));
     EXECUTE format('ALTER SEQUENCE fanout_data.%I OWNED BY fanout_data.%I.id', v_new.seq_name, v_new.data_table);
     EXECUTE format('CREATE INDEX %I ON fanout_data.%I (txid, id)', v_new.data_table || '_txid_id', v_new.data_table);
+    -- Delayed messages (publish(..., deliver_at)): counted by fanout.topics.
+    EXECUTE format('CREATE INDEX %I ON fanout_data.%I (deliver_at) WHERE deliver_at IS NOT NULL',
+                   v_new.data_table || '_deliver_at', v_new.data_table);
     IF v_new.completion = 'reference' THEN
         -- Per-message bitmaps, an id index for batched backfill and release,
         -- and the trigger that stamps required_groups at insert.

@@ -27,6 +27,8 @@ AS $fn$
     WHERE EXISTS (SELECT 1 FROM fanout.lease l WHERE l.open_count = 0 AND l.closed_at < p_now - interval '1 hour')
        OR EXISTS (SELECT 1 FROM fanout.member m WHERE m.last_seen < p_now - interval '7 days')
        OR EXISTS (SELECT 1 FROM fanout.event_log e WHERE e.at < p_now - interval '30 days')
+       OR EXISTS (SELECT 1 FROM fanout.dedupe d JOIN fanout.topic t ON t.topic_id = d.topic_id
+                  WHERE d.created_at < p_now - t.dedupe_window)
     UNION ALL
     SELECT 'fanout._bitmap_step', NULL
     WHERE EXISTS (SELECT 1 FROM fanout.bitmap_job j WHERE j.status IN ('not_started', 'in_progress'))

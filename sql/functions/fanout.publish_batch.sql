@@ -1,7 +1,9 @@
--- fanout.publish_batch(topic, payloads, headers, message_groups, notify):
--- appends many messages in one statement (one NOTIFY). headers and
--- message_groups, when given, must have one element per payload. notify as
--- in fanout.publish.
+-- fanout.publish_batch(topic, payloads, headers, message_groups, notify,
+-- dedupe_keys, deliver_at, delay): appends many messages in one statement
+-- (one NOTIFY). headers, message_groups and dedupe_keys, when given, must
+-- have one element per payload. notify, deliver_at and delay as in
+-- fanout.publish (one delivery time for the whole batch); a dedupe key that
+-- repeats within the batch returns the same id each time.
 -- Returns the message ids in input order.
 -- Raises: as fanout.publish, naming the offending element; PGQ03 when the
 -- arrays' lengths differ. Nothing is written when any element is bad.
@@ -12,7 +14,10 @@ CREATE OR REPLACE FUNCTION fanout.publish_batch(
     payloads       jsonb[],
     headers        jsonb[] DEFAULT NULL,
     message_groups text[] DEFAULT NULL,
-    notify         boolean DEFAULT NULL)
+    notify         boolean DEFAULT NULL,
+    dedupe_keys    text[] DEFAULT NULL,
+    deliver_at     timestamptz DEFAULT NULL,
+    delay          interval DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -35,6 +40,17 @@ BEGIN
         RAISE EXCEPTION 'message_groups has % elements but payloads has %', cardinality($4), v_n
             USING ERRCODE = 'PGQ03';
     END IF;
+    IF $6 IS NOT NULL AND cardinality($6) <> v_n THEN
+        RAISE EXCEPTION 'dedupe_keys has % elements but payloads has %', cardinality($6), v_n
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    IF $7 IS NOT NULL AND $8 IS NOT NULL THEN
+        RAISE EXCEPTION 'pass deliver_at or delay, not both' USING ERRCODE = 'PGQ03';
+    END IF;
+    IF $8 < interval '0' OR $8 > interval '366 days' OR $7 > clock_timestamp() + interval '366 days' THEN
+        RAISE EXCEPTION 'a message can be delayed by at most 366 days, got %', coalesce($8::text, $7::text)
+            USING ERRCODE = 'PGQ03';
+    END IF;
     IF v_n = 0 THEN
         RETURN;
     END IF;
@@ -49,8 +65,17 @@ BEGIN
     END LOOP;
     PERFORM pg_current_xact_id();
     PERFORM fanout._notify_override(v_t, $5, true);
-    RETURN QUERY EXECUTE format('SELECT fanout_data.%I($1, $2, $3)', v_t.data_table || '_insert_batch')
-        USING $2, $3, $4;
+    IF $6 IS NOT NULL OR $7 IS NOT NULL OR $8 IS NOT NULL THEN
+        -- One at a time, in input order (a key repeated in the batch meets
+        -- its own first claim).
+        RETURN QUERY
+        SELECT fanout._publish_one(v_t, u.p, u.h, u.g, u.k, coalesce($7, clock_timestamp() + $8))
+        FROM unnest($2, $3, $4, $6) WITH ORDINALITY AS u(p, h, g, k, ord)
+        ORDER BY u.ord;
+    ELSE
+        RETURN QUERY EXECUTE format('SELECT fanout_data.%I($1, $2, $3)', v_t.data_table || '_insert_batch')
+            USING $2, $3, $4;
+    END IF;
     PERFORM fanout._notify_override(v_t, $5, false);
 END
 $fn$;

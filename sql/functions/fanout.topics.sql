@@ -7,6 +7,7 @@ SELECT t.topic, t.semantics, t.completion, t.retention, t.zero_subscription_rete
        t.zombie_ttl, t.notify, t.partition_interval, fanout.channel_name(t.topic_id) AS channel,
        (SELECT count(*) FROM fanout.consumer_group g
         WHERE g.topic_id = t.topic_id AND g.group_name IS NOT NULL AND g.status = 'active') AS active_groups,
-       s.messages, s.oldest_message_age, s.partitions, s.bytes, t.dropped_unread, t.created_at, t.topic_id
+       s.messages, s.oldest_message_age, s.partitions, s.bytes, t.dropped_unread, t.created_at, t.topic_id,
+       t.dedupe_window, fanout._scheduled_count(t.topic_id) AS scheduled
 FROM fanout.topic t
 CROSS JOIN LATERAL fanout._topic_stats(t.topic_id) s;

@@ -30,11 +30,13 @@
 {{ template "fanout._notify_override.sql" . }}
 {{ template "fanout._partition_droppable.sql" . }}
 {{ template "fanout._partition_floor.sql" . }}
+{{ template "fanout._publish_one.sql" . }}
 {{ template "fanout._reconcile_stamps.sql" . }}
 {{ template "fanout._refresh_topic_state.sql" . }}
 {{ template "fanout._release_holds.sql" . }}
 {{ template "fanout._required_mask.sql" . }}
 {{ template "fanout._resurrect.sql" . }}
+{{ template "fanout._scheduled_count.sql" . }}
 {{ template "fanout._set_notify.sql" . }}
 {{ template "fanout._snapshot.sql" . }}
 {{ template "fanout._stamp_fence.sql" . }}
@@ -70,6 +72,7 @@
 {{ template "fanout.purge_dead_letters.sql" . }}
 {{ template "fanout.read.sql" . }}
 {{ template "fanout.remove_group.sql" . }}
+{{ template "fanout.replay.sql" . }}
 {{ template "fanout.replay_dead_letters.sql" . }}
 {{ template "fanout.restart_backfill.sql" . }}
 {{ template "fanout.resume.sql" . }}

@@ -43,7 +43,8 @@ CREATE TABLE fanout.topic (
     data_table                          text NOT NULL,
     seq_name                            text NOT NULL,
     dropped_unread                      bigint NOT NULL DEFAULT 0,
-    created_at                          timestamptz NOT NULL DEFAULT now()
+    created_at                          timestamptz NOT NULL DEFAULT now(),
+    dedupe_window                       interval NOT NULL DEFAULT '24 hours'
 );
 
 -- A consumer group. A queue topic has exactly one, implicit, with group_name
@@ -136,6 +137,19 @@ CREATE TABLE fanout.dead_letter (
     dead_at         timestamptz NOT NULL,
     PRIMARY KEY (group_id, message_id)
 );
+
+-- Idempotent publish: the message id each dedupe key got, per topic. A key
+-- is taken again once its row is older than the topic's dedupe_window;
+-- maintenance deletes such rows (fanout._cleanup_bookkeeping). A rolled-back
+-- publish rolls its row back with it, freeing the key.
+CREATE TABLE fanout.dedupe (
+    topic_id    bigint NOT NULL REFERENCES fanout.topic ON DELETE CASCADE,
+    dedupe_key  text NOT NULL,
+    message_id  bigint NOT NULL,
+    created_at  timestamptz NOT NULL,
+    PRIMARY KEY (topic_id, dedupe_key)
+);
+CREATE INDEX dedupe_created_idx ON fanout.dedupe (created_at);
 
 -- Partitions of each topic's message table: id ranges, opened by rotation.
 -- txid_bound is set when the partition is closed: every row in it has a txid

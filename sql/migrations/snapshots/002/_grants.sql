@@ -10,8 +10,8 @@ REVOKE ALL ON ALL SEQUENCES IN SCHEMA fanout_data FROM PUBLIC;
 GRANT fanout_producer, fanout_consumer TO fanout_admin;
 
 GRANT EXECUTE ON FUNCTION
-    fanout.publish(text, jsonb, jsonb, text, boolean),
-    fanout.publish_batch(text, jsonb[], jsonb[], text[], boolean),
+    fanout.publish(text, jsonb, jsonb, text, boolean, text, timestamptz, interval),
+    fanout.publish_batch(text, jsonb[], jsonb[], text[], boolean, text[], timestamptz, interval),
     fanout.channel_name(bigint)
 TO fanout_producer;
 
@@ -26,8 +26,8 @@ GRANT EXECUTE ON FUNCTION
 TO fanout_consumer;
 
 GRANT EXECUTE ON FUNCTION
-    fanout.create_topic(text, text, text, interval, interval, boolean, interval, int, int, interval, boolean, interval),
-    fanout.alter_topic(text, interval, interval, boolean, interval, int, int, interval, boolean, interval),
+    fanout.create_topic(text, text, text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval),
+    fanout.alter_topic(text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval),
     fanout.drop_topic(text, boolean),
     fanout.replay_dead_letters(text, text, bigint[]),
     fanout.purge_dead_letters(text, text, interval),
@@ -54,12 +54,14 @@ GRANT EXECUTE ON FUNCTION
     fanout._refresh_topic_state(timestamptz),
     fanout.cancel_backfill(text, text),
     fanout.restart_backfill(text, text),
-    fanout.force_complete_orphaned(text, interval)
+    fanout.force_complete_orphaned(text, interval),
+    fanout.replay(text, text, bigint[])
 TO fanout_admin;
 
 -- Functions the views call run with the caller's EXECUTE rights.
 GRANT EXECUTE ON FUNCTION
     fanout._topic_stats(bigint),
+    fanout._scheduled_count(bigint),
     fanout._group_unread(bigint, bigint, text),
     fanout._liveness(fanout.consumer_group)
 TO fanout_admin, fanout_producer, fanout_consumer;

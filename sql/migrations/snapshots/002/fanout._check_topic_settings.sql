@@ -42,5 +42,9 @@ BEGIN
         RAISE EXCEPTION 'partition_interval must be at least 1 minute, got %',
             coalesce(p_t.partition_interval::text, 'NULL') USING ERRCODE = 'PGQ03';
     END IF;
+    IF p_t.dedupe_window IS NULL OR p_t.dedupe_window < interval '0' OR p_t.dedupe_window > interval '30 days' THEN
+        RAISE EXCEPTION 'dedupe_window must be an interval from 0 to 30 days, got %',
+            coalesce(p_t.dedupe_window::text, 'NULL') USING ERRCODE = 'PGQ03';
+    END IF;
 END
 $fn$;

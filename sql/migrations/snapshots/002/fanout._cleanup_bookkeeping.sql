@@ -1,9 +1,10 @@
 -- fanout._cleanup_bookkeeping(p_now): deletes settled leases closed over an
 -- hour ago (an ack of such a lease then raises PGQ10), members not seen for
--- 7 days and event_log rows older than 30 days.
+-- 7 days, event_log rows older than 30 days and dedupe keys older than
+-- their topic's dedupe_window.
 -- Bounded: at most 10,000 rows of each per call. Returns how many rows were
 -- deleted; call again while it returns > 0. Takes its own advisory lock.
--- Tables: fanout.lease, fanout.member, fanout.event_log.
+-- Tables: fanout.lease, fanout.member, fanout.event_log, fanout.dedupe.
 CREATE OR REPLACE FUNCTION fanout._cleanup_bookkeeping(p_now timestamptz DEFAULT now())
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
@@ -30,6 +31,13 @@ BEGIN
     DELETE FROM fanout.event_log e
     WHERE e.event_id IN (SELECT o.event_id FROM fanout.event_log o
                          WHERE o.at < p_now - interval '30 days' LIMIT 10000);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_done := v_done + v_n;
+    -- Dedupe keys past their topic's window (a key is free again then).
+    DELETE FROM fanout.dedupe d
+    WHERE (d.topic_id, d.dedupe_key) IN (
+        SELECT o.topic_id, o.dedupe_key FROM fanout.dedupe o JOIN fanout.topic t ON t.topic_id = o.topic_id
+        WHERE o.created_at < p_now - t.dedupe_window LIMIT 10000);
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_done + v_n;
 END

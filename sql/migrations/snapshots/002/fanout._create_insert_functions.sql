@@ -2,7 +2,10 @@
 -- insert functions in fanout_data, named from its message table:
 -- m<id>_insert(payload, headers, message_group) RETURNS bigint and
 -- m<id>_insert_batch(payloads[], headers[], message_groups[]) RETURNS SETOF
--- bigint (ids ascending, i.e. in input order). Their INSERTs are static SQL,
+-- bigint (ids ascending, i.e. in input order), and
+-- m<id>_insert_one(id, payload, headers, message_group, deliver_at) for
+-- publishes with a dedupe key or a delivery time (id NULL = the next one).
+-- Their INSERTs are static SQL,
 -- so each session plans them once: planning an INSERT into a partitioned
 -- table on every publish (dynamic SQL) cost more than the insert itself.
 -- Nobody but the owner may call them. Tables: fanout.topic; creates functions.
@@ -13,8 +16,9 @@ SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE
     v_table text;
+    v_seq   text;
 BEGIN
-    SELECT t.data_table INTO STRICT v_table FROM fanout.topic t WHERE t.topic_id = p_topic_id;
+    SELECT t.data_table, t.seq_name INTO STRICT v_table, v_seq FROM fanout.topic t WHERE t.topic_id = p_topic_id;
     EXECUTE format($ddl$
         CREATE OR REPLACE FUNCTION fanout_data.%1$I(p_payload jsonb, p_headers jsonb, p_message_group text)
         RETURNS bigint
@@ -47,7 +51,25 @@ BEGIN
             SELECT ins.id FROM ins ORDER BY ins.id;
         END
         $body$$ddl$, v_table || '_insert_batch', v_table);
+    EXECUTE format($ddl$
+        CREATE OR REPLACE FUNCTION fanout_data.%1$I(p_id bigint, p_payload jsonb, p_headers jsonb,
+                                                   p_message_group text, p_deliver_at timestamptz)
+        RETURNS bigint
+        LANGUAGE plpgsql
+        SET search_path = pg_catalog, fanout, pg_temp
+        AS $body$
+        DECLARE
+            v_id bigint;
+        BEGIN
+            INSERT INTO fanout_data.%2$I (id, headers, message_group, payload, deliver_at)
+            VALUES (coalesce(p_id, nextval(%3$L::regclass)), p_headers, p_message_group, p_payload, p_deliver_at)
+            RETURNING id INTO v_id;
+            RETURN v_id;
+        END
+        $body$$ddl$, v_table || '_insert_one', v_table, 'fanout_data.' || quote_ident(v_seq));
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(jsonb, jsonb, text) FROM PUBLIC', v_table || '_insert');
+    EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(bigint, jsonb, jsonb, text, timestamptz) FROM PUBLIC',
+                   v_table || '_insert_one');
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(jsonb[], jsonb[], text[]) FROM PUBLIC',
                    v_table || '_insert_batch');
 END

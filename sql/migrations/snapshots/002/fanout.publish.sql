@@ -1,21 +1,31 @@
--- fanout.publish(topic, payload, headers, message_group, notify): appends one
+-- fanout.publish(topic, payload, headers, message_group, notify, dedupe_key,
+-- deliver_at, delay): appends one
 -- message to a topic inside the caller's transaction (transactional outbox:
 -- it is delivered only if, and once, the caller commits). notify overrides
 -- the topic's NOTIFY setting for this call (NULL = the topic's); pass false
 -- inside a transaction that will be prepared (two-phase commit): PostgreSQL
--- refuses to PREPARE a transaction that sent a NOTIFY.
+-- refuses to PREPARE a transaction that sent a NOTIFY. dedupe_key makes the
+-- publish idempotent within the topic's dedupe_window (a repeated key returns
+-- the first message's id and inserts nothing); deliver_at (or delay, from
+-- now) holds the message back from every group until then (see
+-- fanout._publish_one and fanout._window_page).
 -- Returns the message id.
--- Raises: PGQ01 unknown topic, PGQ03 NULL payload or bad message_group,
+-- Raises: PGQ01 unknown topic, PGQ03 NULL payload or bad message_group (or
+-- dedupe_key, or deliver_at and delay both given, or a delay over 366 days),
 -- PGQ05 payload over max_payload_bytes, PGQ06 headers not a JSON object,
 -- PGQ07 pubsub topic with block_writes_without_subscriptions and no active group.
 -- Tables: fanout.topic, fanout.consumer_group (pubsub with blocking only),
--- fanout_data.m<topic_id> (through fanout_data.m<topic_id>_insert).
+-- fanout_data.m<topic_id> (through fanout_data.m<topic_id>_insert), and
+-- fanout.dedupe with a dedupe_key.
 CREATE OR REPLACE FUNCTION fanout.publish(
     topic         text,
     payload       jsonb,
     headers       jsonb DEFAULT '{}',
     message_group text DEFAULT NULL,
-    notify        boolean DEFAULT NULL)
+    notify        boolean DEFAULT NULL,
+    dedupe_key    text DEFAULT NULL,
+    deliver_at    timestamptz DEFAULT NULL,
+    delay         interval DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -33,6 +43,19 @@ BEGIN
        OR (v_t.semantics = 'pubsub' AND v_t.block_writes_without_subscriptions) THEN
         v_t := fanout._topic($1);
         PERFORM fanout._check_message(v_t, $2, $3, $4, NULL);
+    END IF;
+    IF $6 IS NOT NULL OR $7 IS NOT NULL OR $8 IS NOT NULL THEN
+        IF $7 IS NOT NULL AND $8 IS NOT NULL THEN
+            RAISE EXCEPTION 'pass deliver_at or delay, not both' USING ERRCODE = 'PGQ03';
+        END IF;
+        IF $8 < interval '0' OR $8 > interval '366 days' OR $7 > clock_timestamp() + interval '366 days' THEN
+            RAISE EXCEPTION 'a message can be delayed by at most 366 days, got %', coalesce($8::text, $7::text)
+                USING ERRCODE = 'PGQ03';
+        END IF;
+        PERFORM fanout._notify_override(v_t, $5, true);
+        v_id := fanout._publish_one(v_t, $2, $3, $4, $6, coalesce($7, clock_timestamp() + $8));
+        PERFORM fanout._notify_override(v_t, $5, false);
+        RETURN v_id;
     END IF;
     -- Take the xid before the id: partition rotation relies on it.
     PERFORM pg_current_xact_id();

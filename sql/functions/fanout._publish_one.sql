@@ -1,0 +1,53 @@
+-- fanout._publish_one(p_t, p_payload, p_headers, p_message_group,
+-- p_dedupe_key, p_deliver_at): appends one message with the options the
+-- plain insert path does not take (the message was checked by the caller).
+--   p_dedupe_key  idempotent publish: within the topic's dedupe_window a
+--                 key that was already published returns that message's id
+--                 and inserts nothing. The key is claimed in fanout.dedupe
+--                 before the message gets its id: a concurrent publisher of
+--                 the same key waits for the first one's transaction, then
+--                 gets its id (or takes the key if it rolled back). Under
+--                 REPEATABLE READ that wait ends in a serialization failure
+--                 (40001) instead: retry the transaction.
+--   p_deliver_at  the message is stored now and handed out from then on
+--                 (fanout._window_page defers it per group).
+-- Returns the message id. Raises PGQ03 (empty or over-long dedupe key).
+-- Tables: fanout.dedupe, fanout_data.m<topic_id> (through m<id>_insert_one).
+CREATE OR REPLACE FUNCTION fanout._publish_one(
+    p_t fanout.topic, p_payload jsonb, p_headers jsonb, p_message_group text,
+    p_dedupe_key text, p_deliver_at timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_id    bigint;
+    v_taken bigint;
+BEGIN
+    IF p_dedupe_key IS NOT NULL THEN
+        IF p_dedupe_key = '' OR length(p_dedupe_key) > 512 THEN
+            RAISE EXCEPTION 'dedupe_key must have 1 to 512 characters, got %', length(p_dedupe_key)
+                USING ERRCODE = 'PGQ03';
+        END IF;
+        -- The xid before the id (partition rotation relies on it).
+        PERFORM pg_current_xact_id();
+        v_id := nextval(format('fanout_data.%I', p_t.seq_name)::regclass);
+        INSERT INTO fanout.dedupe AS d (topic_id, dedupe_key, message_id, created_at)
+        VALUES (p_t.topic_id, p_dedupe_key, v_id, clock_timestamp())
+        ON CONFLICT (topic_id, dedupe_key) DO UPDATE
+        SET message_id = excluded.message_id, created_at = excluded.created_at
+        WHERE d.created_at < clock_timestamp() - p_t.dedupe_window
+        RETURNING d.message_id INTO v_taken;
+        IF v_taken IS NULL THEN
+            -- Published before, within the window: its id, nothing inserted.
+            SELECT d.message_id INTO STRICT v_taken FROM fanout.dedupe d
+            WHERE d.topic_id = p_t.topic_id AND d.dedupe_key = p_dedupe_key;
+            RETURN v_taken;
+        END IF;
+    END IF;
+    PERFORM pg_current_xact_id();
+    EXECUTE format('SELECT fanout_data.%I($1, $2, $3, $4, $5)', p_t.data_table || '_insert_one')
+        INTO v_id USING v_id, p_payload, coalesce(p_headers, '{}'::jsonb), p_message_group, p_deliver_at;
+    RETURN v_id;
+END
+$fn$;

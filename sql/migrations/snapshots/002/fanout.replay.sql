@@ -1,0 +1,65 @@
+-- fanout.replay(topic, group_name, message_ids): hands already-delivered,
+-- retained messages to the group again, by explicit ids only (no filter: no
+-- injection surface). They are served as due retries by the next read
+-- (attempt counting from 1 again); acking them again is harmless, also in
+-- reference mode (a COMPLETED message stays as it is). Ids under an open
+-- lease of the group or already waiting for a retry are left as they are.
+-- On queue topics group_name is ignored. Recorded in fanout.event_log.
+-- Returns how many messages were queued for replay.
+-- Raises: PGQ01, PGQ03 (NULL array or element; an id the group has not been
+-- handed yet: its cursor has not passed it), PGQ13, PGQ14, PGQ16 (cancelled
+-- group), PGQ18 (not retained: never existed or its partition was dropped).
+-- Tables: fanout.topic, fanout.consumer_group, fanout.lease, fanout.retry,
+-- fanout.event_log, fanout_data.m<topic_id>.
+CREATE OR REPLACE FUNCTION fanout.replay(topic text, group_name text, message_ids bigint[])
+RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_g       fanout.consumer_group;
+    v_t       fanout.topic;
+    v_found   record;
+    v_bad     bigint[];
+    v_n       int;
+BEGIN
+    IF $3 IS NULL OR array_position($3, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'message_ids must be an array of ids without NULLs' USING ERRCODE = 'PGQ03';
+    END IF;
+    v_g := fanout._group_for_admin($1, $2);
+    IF v_g.status = 'cancelled' THEN
+        RAISE EXCEPTION 'group % of topic % is cancelled', quote_literal($2), quote_literal($1)
+            USING ERRCODE = 'PGQ16';
+    END IF;
+    SELECT * INTO STRICT v_t FROM fanout.topic t WHERE t.topic_id = v_g.topic_id;
+    -- Retained ones, with their txids, and whether the group was handed them:
+    -- visible in its window's lo, or in the window and at or before its cursor.
+    EXECUTE format(
+        'SELECT array_agg(m.id) AS ids, array_agg(m.txid) AS txids,
+                array_agg(m.id) FILTER (WHERE NOT (pg_visible_in_snapshot(m.txid, $2)
+                    OR (pg_visible_in_snapshot(m.txid, $3) AND (m.txid, m.id) <= ($4, $5)))) AS ahead
+         FROM fanout_data.%I m WHERE m.id = ANY ($1)', v_t.data_table)
+        INTO v_found USING $3, v_g.win_lo, v_g.win_hi, v_g.cur_txid, v_g.cur_id;
+    v_bad := ARRAY(SELECT DISTINCT x FROM unnest($3) AS x WHERE x <> ALL (coalesce(v_found.ids, '{}')) ORDER BY x);
+    IF cardinality(v_bad) > 0 THEN
+        RAISE EXCEPTION 'message(s) % are not retained in topic %', array_to_string(v_bad, ', '), quote_literal($1)
+            USING ERRCODE = 'PGQ18';
+    END IF;
+    IF v_found.ahead IS NOT NULL THEN
+        RAISE EXCEPTION 'message(s) % have not been handed to this group yet', array_to_string(v_found.ahead, ', ')
+            USING ERRCODE = 'PGQ03', HINT = 'replay re-delivers what the group already got; the rest comes anyway';
+    END IF;
+    INSERT INTO fanout.retry (group_id, message_id, txid, attempt, not_before, last_error)
+    SELECT v_g.group_id, u.id, u.tx, 0, clock_timestamp(), 'replayed'
+    FROM unnest(v_found.ids, v_found.txids) AS u(id, tx)
+    WHERE NOT EXISTS (SELECT 1 FROM fanout.lease l
+                      WHERE l.group_id = v_g.group_id AND l.open_count > 0 AND u.id = ANY (l.msg_ids)
+                        AND u.id <> ALL (l.settled) AND u.id <> ALL (l.reclaimed))
+    ON CONFLICT (group_id, message_id) DO NOTHING;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    INSERT INTO fanout.event_log (topic, group_name, kind, count, detail)
+    VALUES (v_t.topic, v_g.group_name, 'replay', v_n, jsonb_build_object('message_ids', $3));
+    RETURN v_n;
+END
+$fn$;

@@ -1,0 +1,184 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// count returns the first column of a one-row query as int64.
+func (b *bundle) count(t *testing.T, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, b.Pool.QueryRow(b.ctx, sql, args...).Scan(&n))
+	return n
+}
+
+// Idempotent publish: a repeated key returns the first message's id and
+// inserts nothing; a key repeated inside one batch too; a key whose
+// transaction rolled back is free again; so is one past the window.
+func TestInboxDedupe(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "in.dedupe")
+	pub := func(q querier, key string) int64 {
+		var id int64
+		require.NoError(t, q.QueryRow(b.ctx, `SELECT fanout.publish('in.dedupe', '{"a":1}', dedupe_key => $1)`, key).Scan(&id))
+		return id
+	}
+	first := pub(b.Pool, "evt-1")
+	require.Equal(t, first, pub(b.Pool, "evt-1"), "the second publish of a key returns the first id")
+	other := pub(b.Pool, "evt-2")
+	require.NotEqual(t, first, other)
+
+	rows, err := b.Pool.Query(b.ctx, `SELECT fanout.publish_batch('in.dedupe', ARRAY['{"b":1}', '{"b":2}', '{"b":3}']::jsonb[],
+		dedupe_keys => ARRAY['evt-3', 'evt-3', 'evt-1'])`)
+	require.NoError(t, err)
+	batch, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, batch, 3)
+	require.Equal(t, batch[0], batch[1], "a key repeated in one batch gets one id")
+	require.Equal(t, first, batch[2], "a key published before keeps its id in a batch")
+
+	tx, err := b.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	rolled := pub(tx, "evt-4")
+	require.NoError(t, tx.Rollback(b.ctx))
+	again := pub(b.Pool, "evt-4")
+	require.NotEqual(t, rolled, again, "a key whose publish rolled back is free")
+
+	got := ids(b.read(t, b.Pool, "in.dedupe", nil, "c", 100, "30 seconds"))
+	require.ElementsMatch(t, []int64{first, other, batch[0], again}, got, "each key once")
+
+	// Past the window the key makes a new message; maintenance drops old keys.
+	_, err = b.Pool.Exec(b.ctx, `SELECT fanout.alter_topic('in.dedupe', dedupe_window => '50 milliseconds')`)
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond)
+	require.NotEqual(t, first, pub(b.Pool, "evt-1"), "a key past dedupe_window publishes again")
+	require.Positive(t, b.count(t, `SELECT fanout._cleanup_bookkeeping(now() + interval '1 second')`))
+	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM fanout.dedupe WHERE dedupe_key <> 'evt-1'`))
+}
+
+// Concurrent publishers of one key: exactly one message; every publisher
+// gets its id (the others wait for the first transaction).
+func TestInboxDedupeConcurrent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "in.race")
+	const n = 8
+	got := make([]int64, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn := b.Conn(t)
+			<-start
+			tx, err := conn.Begin(b.ctx)
+			require.NoError(t, err)
+			require.NoError(t, tx.QueryRow(b.ctx,
+				`SELECT fanout.publish('in.race', $1::jsonb, dedupe_key => 'the-key')`, fmt.Sprintf(`{"from":%d}`, i)).Scan(&got[i]))
+			require.NoError(t, tx.Commit(b.ctx))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := 1; i < n; i++ {
+		require.Equal(t, got[0], got[i], "publisher %d", i)
+	}
+	require.Len(t, b.read(t, b.Pool, "in.race", nil, "c", 100, "30 seconds"), 1, "one message")
+}
+
+// Delayed delivery: invisible to every group until deliver_at, then
+// delivered (attempt 1); it never holds back messages behind it.
+func TestInboxDelayedDelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "in.later", "semantics => 'pubsub'")
+	for _, g := range []string{"a", "b"} {
+		_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('in.later', $1)`, g)
+		require.NoError(t, err)
+	}
+	var delayed, atTime, now int64
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT fanout.publish('in.later', '{"n":"delayed"}', delay => '1 second')`).Scan(&delayed))
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT fanout.publish('in.later', '{"n":"at"}', deliver_at => clock_timestamp() + interval '1 second')`).Scan(&atTime))
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT fanout.publish('in.later', '{"n":"now"}')`).Scan(&now))
+	require.Equal(t, int64(2), b.count(t, `SELECT scheduled FROM fanout.topics WHERE topic = 'in.later'`))
+	for _, g := range []string{"a", "b"} {
+		ms := b.read(t, b.Pool, "in.later", ptr(g), "c", 100, "30 seconds")
+		require.Equal(t, []int64{now}, ids(ms), "group %s: only the undelayed message before deliver_at", g)
+		b.ack(t, b.Pool, ms[0].LeaseID, nil)
+	}
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT scheduled FROM fanout.topics WHERE topic = 'in.later'`) == 0
+	}, 10*time.Second, 50*time.Millisecond)
+	for _, g := range []string{"a", "b"} {
+		ms := b.read(t, b.Pool, "in.later", ptr(g), "c", 100, "30 seconds")
+		require.ElementsMatch(t, []int64{delayed, atTime}, ids(ms), "group %s: delayed messages once due", g)
+		for _, m := range ms {
+			require.Equal(t, int32(1), m.Attempt)
+		}
+	}
+}
+
+// replay re-delivers what the group already got, by id; it refuses ids the
+// group has not been handed yet and ids that are not retained.
+func TestInboxReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "in.replay", "semantics => 'pubsub'")
+	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('in.replay', 'g')`)
+	require.NoError(t, err)
+	id1 := b.publish(t, b.Pool, "in.replay", `{"n":1}`)
+	ms := b.read(t, b.Pool, "in.replay", ptr("g"), "c", 100, "30 seconds")
+	require.Equal(t, []int64{id1}, ids(ms))
+	b.ack(t, b.Pool, ms[0].LeaseID, nil)
+	id2 := b.publish(t, b.Pool, "in.replay", `{"n":2}`)
+
+	fails := func(state, sql string, args ...any) {
+		t.Helper()
+		_, err := b.Pool.Exec(b.ctx, sql, args...)
+		requireSQLState(t, err, state)
+	}
+	fails("PGQ03", `SELECT fanout.replay('in.replay', 'g', $1)`, []int64{id2})
+	fails("PGQ18", `SELECT fanout.replay('in.replay', 'g', $1)`, []int64{id1 + 1000})
+	fails("PGQ03", `SELECT fanout.replay('in.replay', 'g', NULL)`)
+	fails("PGQ14", `SELECT fanout.replay('in.replay', 'nobody', $1)`, []int64{id1})
+	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM fanout.retry`), "refused calls change nothing")
+
+	require.Equal(t, int64(1), b.count(t, `SELECT fanout.replay('in.replay', 'g', $1)`, []int64{id1}))
+	ms = b.read(t, b.Pool, "in.replay", ptr("g"), "c", 100, "30 seconds")
+	require.ElementsMatch(t, []int64{id1, id2}, ids(ms), "the replayed message comes again, with the new one")
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM fanout.event_log WHERE kind = 'replay' AND count = 1`))
+}
+
+// Every new argument is checked, and a refused call writes nothing.
+func TestInboxBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "in.bad")
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	for _, c := range []struct{ sql, state string }{
+		{`SELECT fanout.publish('in.bad', '{}', dedupe_key => '')`, "PGQ03"},
+		{`SELECT fanout.publish('in.bad', '{}', dedupe_key => repeat('k', 513))`, "PGQ03"},
+		{`SELECT fanout.publish('in.bad', '{}', delay => '1 minute', deliver_at => now())`, "PGQ03"},
+		{`SELECT fanout.publish('in.bad', '{}', delay => '-1 second')`, "PGQ03"},
+		{`SELECT fanout.publish('in.bad', '{}', delay => '400 days')`, "PGQ03"},
+		{`SELECT fanout.publish_batch('in.bad', ARRAY['{}']::jsonb[], dedupe_keys => ARRAY['a', 'b'])`, "PGQ03"},
+		{`SELECT fanout.create_topic('in.bad2', dedupe_window => '31 days')`, "PGQ03"},
+		{`SELECT fanout.alter_topic('in.bad', dedupe_window => '-1 second')`, "PGQ03"},
+	} {
+		_, err := b.Pool.Exec(ctx, c.sql)
+		requireSQLState(t, err, c.state)
+	}
+	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM fanout.dedupe`))
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM fanout.topic`))
+	require.Empty(t, b.read(t, b.Pool, "in.bad", nil, "c", 100, "30 seconds"))
+}
