@@ -41,7 +41,7 @@ BEGIN
     EXECUTE format(
         'SELECT count(*), min(u.published_at) FROM (
              (SELECT m.published_at FROM fanout_data.%1$I m
-              WHERE m.txid >= $1 AND (m.txid, m.id) > ($2, $3) AND (m.id >= $4 OR m.txid >= $9) %2$s LIMIT $5)
+              WHERE m.txid >= $1 AND (m.txid, m.id) > ($2, $3) AND (m.id >= $4 OR m.txid >= $9 OR m.txid = ANY ($7)) %2$s LIMIT $5)
              UNION ALL
              (SELECT m.published_at FROM fanout_data.%1$I m
               WHERE m.txid = ANY ($6) AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 %2$s LIMIT $5)

@@ -15,6 +15,10 @@ DECLARE
     v_g fanout.consumer_group;
 BEGIN
     IF p_g.bit_no IS NOT NULL AND p_g.status = 'dead' THEN
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'a reference-mode group comes back only in READ COMMITTED, not %',
+                upper(current_setting('transaction_isolation')) USING ERRCODE = 'PGQ09';
+        END IF;
         PERFORM fanout._stamp_fence(p_g.topic_id);  -- before join_snap is taken
     END IF;
     UPDATE fanout.consumer_group g

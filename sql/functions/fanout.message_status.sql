@@ -34,6 +34,9 @@ BEGIN
     IF v_t.completion = 'reference' THEN
         EXECUTE format('SELECT m.txid, m.required_groups, m.completed_groups FROM fanout_data.%I m WHERE m.id = $1',
                        v_t.data_table) INTO v_txid, v_req, v_done USING p_message_id;
+        IF EXISTS (SELECT 1 FROM fanout.stamp_pending s WHERE s.topic_id = v_t.topic_id AND s.txid = v_txid) THEN
+            v_req := fanout._restamp(v_t.topic_id, v_txid, v_req);  -- what reconciliation will make of it
+        END IF;
         v_msg := CASE WHEN v_req = 0 THEN 'unclaimed'
                       WHEN (v_req & ~v_done) = 0 THEN 'completed' ELSE 'pending' END;
     ELSE

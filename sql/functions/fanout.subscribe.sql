@@ -12,7 +12,8 @@
 -- Returns one row: status, effective_start_message_id (first retained message
 -- the group gets; NULL for latest), backfill_status (not_needed, or the
 -- backfill's status).
--- Raises: PGQ01, PGQ03 (bad option), PGQ04 (bad name), PGQ16 (the group was
+-- Raises: PGQ01, PGQ03 (bad option), PGQ04 (bad name), PGQ09 (reference mode
+-- outside READ COMMITTED: the join snapshot must be fresh), PGQ16 (the group was
 -- cancelled: choose another name), PGQ17 (65th group in reference mode),
 -- PGQ19 (not a pubsub topic).
 -- Tables: fanout.topic, fanout.consumer_group, fanout.event_log, fanout_data.*.
@@ -88,6 +89,11 @@ BEGIN
     IF v_t.completion = 'reference' THEN
         -- Before the snapshot that defines what the group gets: every
         -- transaction it does not see gets the group's bit (_stamp_fence).
+        -- That snapshot must be fresh: not a REPEATABLE READ one.
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'subscribing to a reference-mode topic must run in READ COMMITTED, not %',
+                upper(current_setting('transaction_isolation')) USING ERRCODE = 'PGQ09';
+        END IF;
         PERFORM fanout._stamp_fence(v_t.topic_id);
     END IF;
     v_s := fanout._start_state(v_t, v_pos, $4, $5, $6);

@@ -16,8 +16,10 @@
 -- subscription, whatever its id: a transaction that took a low id before the
 -- subscription and committed after it is delivered. Closed partitions that
 -- cannot hold the scanned txids are skipped, and in reference mode messages
--- that do not require the group; their stamps are reconciled first where a
--- group joined or left while they were written (fanout._reconcile_stamps).
+-- that do not require the group; where a group joined or left while they
+-- were written, their transactions wait (counted as running in the new
+-- window's snapshot) until their stamps are reconciled
+-- (fanout._reconcile_stamps, tried here first).
 -- New windows end at fanout._snapshot(), which counts the caller's own
 -- transaction as running: a reader never gets its own uncommitted messages,
 -- and gets them after it commits.
@@ -62,6 +64,7 @@ DECLARE
     v_pa      timestamptz[];
     v_da      timestamptz[];
     v_deliver timestamptz[] := '{}';
+    v_listed  xid8[];
     v_now     timestamptz := clock_timestamp();
     v_got     int;
     v_min_id  bigint;
@@ -163,6 +166,16 @@ BEGIN
         -- The window is used up: open the next one, a bounded number of times.
         EXIT WHEN v_rounds >= 2;
         v_new := fanout._snapshot();
+        IF v_bit IS NOT NULL THEN
+            -- Listed transactions wait (counted as running) until their
+            -- stamps are reconciled; the list is read after the snapshot, so
+            -- it holds every listed transaction the snapshot sees ended.
+            PERFORM fanout._reconcile_stamps(p_topic_id, v_new);
+            v_listed := ARRAY(SELECT DISTINCT s.txid FROM fanout.stamp_pending s WHERE s.topic_id = p_topic_id);
+            IF cardinality(v_listed) > 0 THEN
+                v_new := fanout._snapshot(v_new, v_listed);
+            END IF;
+        END IF;
         EXIT WHEN v_new::text = o_hi::text;
         o_lo := o_hi;
         o_hi := v_new;
@@ -171,9 +184,6 @@ BEGIN
         o_changed := true;
         v_rounds := v_rounds + 1;
         v_start := 0;
-        IF v_bit IS NOT NULL THEN
-            PERFORM fanout._reconcile_stamps(p_topic_id, o_hi);
-        END IF;
     END LOOP;
 
     -- Delayed messages (publish(..., deliver_at)) not due yet: the cursor

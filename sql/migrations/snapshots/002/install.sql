@@ -35,6 +35,7 @@
 {{ template "fanout._refresh_topic_state.sql" . }}
 {{ template "fanout._release_holds.sql" . }}
 {{ template "fanout._required_mask.sql" . }}
+{{ template "fanout._restamp.sql" . }}
 {{ template "fanout._resurrect.sql" . }}
 {{ template "fanout._scheduled_count.sql" . }}
 {{ template "fanout._set_notify.sql" . }}
