@@ -31,6 +31,7 @@
   }
   function fmtAge(s) {
     if (s === null || s === undefined) return "–";
+    if (s <= 0) return "0s";
     if (s < 1) return Math.round(s * 1000) + "ms";
     const d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60), x = Math.floor(s % 60);
     if (d >= 2) return d + "d";
@@ -63,18 +64,12 @@
     const max = Math.max(1, ...vals);
     const t0 = Date.parse(hist[0].t), t1 = Date.parse(hist[hist.length - 1].t);
     const span = Math.max(1, t1 - t0);
-    const pts = hist.map((s) => {
-      const x = hist.length === 1 ? W - 2 : 1 + ((Date.parse(s.t) - t0) / span) * (W - 3);
-      const y = H - 2 - (s.messages / max) * (H - 4);
-      return x.toFixed(1) + "," + y.toFixed(1);
-    });
-    const line = document.createElementNS(ns, hist.length === 1 ? "circle" : "polyline");
-    if (hist.length === 1) {
-      const [x, y] = pts[0].split(",");
-      line.setAttribute("cx", x); line.setAttribute("cy", y); line.setAttribute("r", 1.5);
-    } else {
-      line.setAttribute("points", pts.join(" "));
-    }
+    const y = (v) => (H - 2 - (v / max) * (H - 4)).toFixed(1);
+    // One sample so far: a flat stub at the right end.
+    const pts = hist.length === 1 ? [(W - 12) + "," + y(vals[0]), (W - 1) + "," + y(vals[0])] :
+      hist.map((s) => (1 + ((Date.parse(s.t) - t0) / span) * (W - 3)).toFixed(1) + "," + y(s.messages));
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("points", pts.join(" "));
     svg.append(line);
     const title = document.createElementNS(ns, "title");
     title.textContent = "lag over the last " + fmtAge((t1 - t0) / 1000) + ": min " + fmtCount(Math.min(...vals)) +
@@ -90,9 +85,11 @@
     if (b.percent !== null) c.append(el("progress", { max: 100, value: b.percent.toFixed(1) }), " ");
     let t = b.status.replace("_", " ");
     if (b.percent !== null) t += " " + Math.floor(b.percent) + "%";
-    if (b.processed !== null && b.total !== null) t += " (" + fmtCount(b.processed) + "/" + fmtCount(b.total) + ")";
-    if (b.active && b.eta_seconds !== null) t += ", ETA " + fmtAge(b.eta_seconds);
     c.append(el("span", { text: t }));
+    let d = "";
+    if (b.processed !== null && b.total !== null) d = fmtCount(b.processed) + " of " + fmtCount(b.total);
+    if (b.active && b.eta_seconds !== null) d += ", ETA " + fmtAge(b.eta_seconds);
+    if (d) c.append(el("br"), el("span", { class: "muted", text: d }));
     return c;
   }
 
