@@ -28,7 +28,7 @@ run: build
 	export DATABASE_URL; \
 	$(BIN) migrate; \
 	echo "pgq: psql \"$$DATABASE_URL\""; \
-	echo "pgq: console: http://$(LISTEN)/  (read-only; admin actions: see README, Console)"; \
+	echo "pgq: console: http://$(LISTEN)/  (read-only unless PGQ_CONSOLE_ADMIN=true PGQ_CONSOLE_TOKEN=...)"; \
 	echo "pgq: metrics and health: http://$(LISTEN)/metrics  http://$(LISTEN)/healthz"; \
 	echo "pgq: status: DATABASE_URL=\"$$DATABASE_URL\" $(BIN) status"; \
 	exec $(BIN) run --listen $(LISTEN)

@@ -344,7 +344,7 @@ func printHelp(w io.Writer) {
 
 Usage:
   pgq-scheduler migrate [flags]   apply the embedded migrations
-  pgq-scheduler run     [flags]   run maintenance (one leader among all copies), serve /metrics and /healthz
+  pgq-scheduler run     [flags]   run maintenance (one leader among all copies), serve the console, /metrics and /healthz
   pgq-scheduler status  [flags]   print topics, groups, lag, dead groups and backfills
   pgq-scheduler version           print the version
 
