@@ -87,13 +87,27 @@ func (c *Console) csrfValid(tok string) bool {
 	if !hmac.Equal(b[8:], c.csrfMAC(b[:8])) {
 		return false
 	}
-	issued := time.Unix(int64(binary.BigEndian.Uint64(b[:8])), 0)
-	age := c.cfg.Clock.Now().Sub(issued)
+	age := c.csrfAge(tok)
 	return age >= -time.Minute && age <= c.cfg.CSRFTTL
 }
 
-// setCSRFCookie issues a token, sets it as the cookie and returns it.
-func (c *Console) setCSRFCookie(w http.ResponseWriter) string {
+// csrfAge is how long ago a well-formed token was issued.
+func (c *Console) csrfAge(tok string) time.Duration {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil || len(b) != 24 {
+		return c.cfg.CSRFTTL + time.Hour
+	}
+	issued := time.Unix(int64(binary.BigEndian.Uint64(b[:8])), 0)
+	return c.cfg.Clock.Now().Sub(issued)
+}
+
+// setCSRFCookie returns the request's CSRF cookie while it is valid for at
+// least half its TTL (so that several tabs share one token); otherwise it
+// issues a new token and sets it as the cookie.
+func (c *Console) setCSRFCookie(w http.ResponseWriter, r *http.Request) string {
+	if ck, err := r.Cookie(CSRFCookie); err == nil && c.csrfValid(ck.Value) && c.csrfAge(ck.Value) < c.cfg.CSRFTTL/2 {
+		return ck.Value
+	}
 	tok := c.csrfToken()
 	http.SetCookie(w, &http.Cookie{
 		Name: CSRFCookie, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
@@ -103,8 +117,8 @@ func (c *Console) setCSRFCookie(w http.ResponseWriter) string {
 }
 
 // handleCSRF: GET /api/csrf issues a token (cookie + body) for scripts.
-func (c *Console) handleCSRF(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"csrf_token": c.setCSRFCookie(w), "header": CSRFHeader})
+func (c *Console) handleCSRF(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"csrf_token": c.setCSRFCookie(w, r), "header": CSRFHeader})
 }
 
 func (c *Console) tokenOK(r *http.Request) bool {

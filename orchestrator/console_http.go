@@ -60,7 +60,7 @@ type pageData struct {
 
 func (c *Console) handlePage(w http.ResponseWriter, r *http.Request) {
 	d := pageData{
-		CSRFToken: c.setCSRFCookie(w), Admin: c.cfg.Admin, RefreshMS: c.cfg.RefreshInterval.Milliseconds(),
+		CSRFToken: c.setCSRFCookie(w, r), Admin: c.cfg.Admin, RefreshMS: c.cfg.RefreshInterval.Milliseconds(),
 		SidecarID: c.sched.elector.ID(), CSRFHeader: CSRFHeader,
 	}
 	var buf bytes.Buffer

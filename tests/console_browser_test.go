@@ -43,16 +43,23 @@ func buildScheduler(t *testing.T) string {
 }
 
 // headless runs Chromium on url with extra flags and returns its stdout.
+// The page's script must log no error to the console.
 func headless(t *testing.T, ctx context.Context, browser, url string, flags ...string) []byte {
 	t.Helper()
 	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
 		"--no-first-run", "--hide-scrollbars", "--user-data-dir=" + t.TempDir(),
+		"--enable-logging=stderr", "--v=0",
 		"--window-size=1680,1050", "--virtual-time-budget=8000"}, flags...)
 	cmd := exec.CommandContext(ctx, browser, append(args, url)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
+	start := time.Now()
 	out, err := cmd.Output()
+	t.Logf("chromium %s %v: %s", url, flags, time.Since(start).Round(time.Millisecond))
 	require.NoError(t, err, "chromium: %s", stderr.String())
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		require.NotRegexp(t, `CONSOLE.*(Uncaught|Error)|Refused to`, line, "the page logged an error")
+	}
 	return out
 }
 
@@ -61,7 +68,8 @@ func headless(t *testing.T, ctx context.Context, browser, url string, flags ...s
 // actions on) and loaded in headless Chromium: the DOM shows the dead group
 // highlighted with its resurrect button, and every group's lag as
 // fanout.groups counts it. Leaves artifacts/console.png and
-// artifacts/console.html.
+// artifacts/console.html (and dead_letters.png and .html: the dead-letter
+// view).
 func TestConsoleBrowser(t *testing.T) {
 	t.Parallel()
 	browser := chromium(t)
@@ -83,7 +91,7 @@ func TestConsoleBrowser(t *testing.T) {
 		`SELECT fanout.publish('emails.send', '{"to": "a@example.com"}')`,
 		`SELECT fanout.ack(max(lease_id)) FROM fanout.read('emails.send', consumer => 'sender-1')`,
 		`SELECT fanout.create_topic('orders.retry', max_attempts => 1)`,
-		`SELECT fanout.publish('orders.retry', '{"order": 2, "sku": "X-1", "note": "the warehouse API said no"}')`,
+		`SELECT fanout.publish('orders.retry', jsonb_build_object('order', 2, 'sku', 'X-1', 'lines', (SELECT jsonb_agg(i) FROM generate_series(1, 100) i)))`,
 		`SELECT fanout.nack(lease_id, error => 'HTTP 503 from warehouse') FROM fanout.read('orders.retry', consumer => 'w1')`,
 		`SELECT fanout.create_topic('audit.log', semantics => 'pubsub', completion => 'reference')`,
 		`SELECT * FROM fanout.subscribe('audit.log', 'archive')`,
@@ -130,7 +138,7 @@ func TestConsoleBrowser(t *testing.T) {
 		return resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"leader": true`)
 	}, 30*time.Second, 100*time.Millisecond, "a healthy leader")
 
-	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
 	defer cancel()
 	dom := string(headless(t, ctx, browser, url, "--dump-dom"))
 	require.NoError(t, os.MkdirAll(consoleArtifacts, 0o755))
@@ -175,6 +183,22 @@ func TestConsoleBrowser(t *testing.T) {
 	require.Contains(t, rows["orders.events/analytics"].html, `data-value="1">1</td>`, "retry pending")
 	require.Contains(t, rows["orders.retry/"].html, `HTTP 503 from warehouse`, "the newest dead letter's error")
 	require.Contains(t, rows["audit.log/search"].html, `<td class="backfill" data-status=`)
+	require.Contains(t, rows["orders.retry/"].html, `class="view-dl"`)
+
+	// The link to a group's dead letters opens them, payload truncated.
+	dlURL := url + "?dead_letters=orders.retry&group="
+	dom = string(headless(t, ctx, browser, dlURL, "--dump-dom"))
+	require.NoError(t, os.WriteFile(filepath.Join(consoleArtifacts, "dead_letters.html"), []byte(dom), 0o644))
+	dlShot, err := filepath.Abs(filepath.Join(consoleArtifacts, "dead_letters.png"))
+	require.NoError(t, err)
+	headless(t, ctx, browser, dlURL, "--screenshot="+dlShot)
+	dlRE := regexp.MustCompile(`(?s)<tr class="dead-letter" data-id="(\d+)">(.*?)</tr>`)
+	dls := dlRE.FindAllStringSubmatch(dom, -1)
+	require.Len(t, dls, 1, "one dead letter")
+	require.Contains(t, dls[0][2], `<input type="checkbox" class="dl-pick" value="`+dls[0][1]+`">`)
+	require.Contains(t, dls[0][2], `HTTP 503 from warehouse`)
+	require.Regexp(t, `<td class="payload">\{"sku": "X-1", [^<]* … \([\d,]+ chars\)</td>`, dls[0][2])
+	require.NotContains(t, dom, `<section id="dead-letters" hidden="">`)
 }
 
 type domRow struct {

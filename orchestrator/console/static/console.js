@@ -119,7 +119,7 @@
       const dlCell = el("td", { class: "num dead-letters" + (g.dead_letters > 0 ? " bad" : ""), "data-value": g.dead_letters },
         fmtCount(g.dead_letters));
       if (g.dead_letters > 0) {
-        dlCell.append(" ", el("a", { href: "#dead-letters", class: "view-dl", onclick: (e) => { e.preventDefault(); openDL(g.topic, g.group); } }, "view"));
+        dlCell.append(" ", el("a", { href: dlLink(g.topic, g.group), class: "view-dl", onclick: (e) => { e.preventDefault(); openDL(g.topic, g.group); } }, "view"));
       }
       const row = el("tr", { class: "group status-" + g.status, "data-topic": g.topic, "data-group": g.group, "data-status": g.status },
         td(g.topic, "name"), td(groupLabel(g), "name"),
@@ -189,19 +189,28 @@
     }
   }
 
+  // A link to a group's dead letters: /?dead_letters=TOPIC&group=GROUP.
+  function dlLink(topic, group) {
+    return "?" + new URLSearchParams({ dead_letters: topic, group: group }).toString() + "#dead-letters";
+  }
+
   function openDL(topic, group) {
     dl = { topic: topic, group: group };
+    history.replaceState(null, "", dlLink(topic, group));
     document.getElementById("dead-letters").hidden = false;
     document.getElementById("dl-title").textContent = topic + " / " + (group || "(queue)");
-    loadDL().then(() => document.getElementById("dead-letters").scrollIntoView());
+    loadDL().then(() => document.getElementById("dead-letters").scrollIntoView(),
+      (err) => showError("could not load the dead letters: " + err.message));
   }
 
   async function loadDL() {
     const q = "topic=" + encodeURIComponent(dl.topic) + "&group=" + encodeURIComponent(dl.group) + "&limit=50";
     const rows = await getJSON("/api/dead_letters?" + q);
+    // Keep the operator's ticks across refreshes.
+    const picked = new Set([...document.querySelectorAll(".dl-pick:checked")].map((c) => c.value));
     replace("#dl-table tbody", rows.map((d) => {
       const tr = el("tr", { class: "dead-letter", "data-id": d.message_id });
-      if (admin) tr.append(el("td", {}, el("input", { type: "checkbox", class: "dl-pick", value: d.message_id })));
+      if (admin) tr.append(el("td", {}, el("input", { type: "checkbox", class: "dl-pick", value: d.message_id, checked: picked.has(String(d.message_id)) })));
       tr.append(num(d.message_id), num(d.attempts), td(new Date(Date.parse(d.dead_at)).toLocaleString()),
         td(d.last_error || "", "error-text"),
         td(d.payload + (d.payload_truncated ? " … (" + fmtCount(d.payload_chars) + " chars)" : ""), "payload"));
@@ -241,7 +250,11 @@
 
   document.addEventListener("DOMContentLoaded", () => {
     document.getElementById("autorefresh").addEventListener("change", schedule);
-    document.getElementById("dl-close").addEventListener("click", () => { dl = null; document.getElementById("dead-letters").hidden = true; });
+    document.getElementById("dl-close").addEventListener("click", () => {
+      dl = null;
+      document.getElementById("dead-letters").hidden = true;
+      history.replaceState(null, "", "/");
+    });
     if (admin) {
       document.getElementById("admin-token").value = sessionStorage.getItem("pgq-admin-token") || "";
       document.getElementById("admin-actor").value = sessionStorage.getItem("pgq-admin-actor") || "";
@@ -251,6 +264,12 @@
         act("replay_dead_letters", { topic: dl.topic, group: dl.group, message_ids: ids },
           "Replay " + ids.length + " dead letter(s) of " + dl.topic + "/" + (dl.group || "(queue)") + "?");
       });
+    }
+    const params = new URLSearchParams(location.search);
+    if (params.has("dead_letters")) {
+      dl = { topic: params.get("dead_letters"), group: params.get("group") || "" };
+      document.getElementById("dead-letters").hidden = false;
+      document.getElementById("dl-title").textContent = dl.topic + " / " + (dl.group || "(queue)");
     }
     load();
     schedule();
