@@ -268,6 +268,33 @@ func TestConsolePage(t *testing.T) {
 	require.Contains(t, page, `<meta name="pgq-csrf" content="`+cookie.Value+`">`)
 	require.True(t, b.console.csrfValid(cookie.Value))
 
+	// A page loaded again with the cookie keeps its token (tabs share it)
+	// until half its TTL has passed.
+	again := func() (string, *http.Cookie) {
+		req, err := http.NewRequest(http.MethodGet, b.srv.URL+"/", nil) //nolint:noctx // test
+		require.NoError(t, err)
+		req.AddCookie(cookie)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		resp.Body.Close()
+		for _, c := range resp.Cookies() {
+			if c.Name == CSRFCookie {
+				return string(body), c
+			}
+		}
+		return string(body), nil
+	}
+	body2, set := again()
+	require.Nil(t, set, "no new cookie")
+	require.Contains(t, body2, `<meta name="pgq-csrf" content="`+cookie.Value+`">`)
+	b.clock.Advance(DefaultConsoleCSRFTTL/2 + time.Minute)
+	body2, set = again()
+	require.NotNil(t, set, "a fresh token")
+	require.NotEqual(t, cookie.Value, set.Value)
+	require.Contains(t, body2, `<meta name="pgq-csrf" content="`+set.Value+`">`)
+
 	for path, ctype := range map[string]string{
 		"/static/console.js":  "text/javascript; charset=utf-8",
 		"/static/console.css": "text/css; charset=utf-8",
