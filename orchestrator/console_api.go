@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The JSON API's shapes. Group "" with Queue true is the implicit group of
@@ -18,13 +19,16 @@ import (
 // ConsoleOverview is everything the page shows, in one response
 // (GET /api/overview).
 type ConsoleOverview struct {
-	GeneratedAt time.Time    `json:"generated_at"`
-	Sidecar     SidecarView  `json:"sidecar"`
-	Leader      *LeaderView  `json:"leader"`
-	Topics      []TopicView  `json:"topics"`
-	Groups      []GroupView  `json:"groups"`
-	Jobs        []JobView    `json:"jobs"`
-	Events      []EventView  `json:"events"`
+	GeneratedAt time.Time   `json:"generated_at"`
+	Sidecar     SidecarView `json:"sidecar"`
+	Leader      *LeaderView `json:"leader"`
+	Topics      []TopicView `json:"topics"`
+	Groups      []GroupView `json:"groups"`
+	Jobs        []JobView   `json:"jobs"`
+	Events      []EventView `json:"events"`
+	// EventsError says why Events is empty when fanout.event_log is not
+	// readable (the sidecar's role is not the schema owner).
+	EventsError string `json:"events_error,omitempty"`
 }
 
 // SidecarView is the sidecar serving the console.
@@ -270,7 +274,10 @@ func (c *Console) overview(ctx context.Context) (*ConsoleOverview, error) {
 		return nil, err
 	}
 	if ov.Events, err = c.events(ctx, DefaultConsoleEvents); err != nil {
-		return nil, err
+		if !isPrivilegeError(err) {
+			return nil, err
+		}
+		ov.Events, ov.EventsError = []EventView{}, oneLine(err.Error())
 	}
 	return ov, nil
 }
@@ -465,12 +472,21 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, apiError{Error: msg, Code: code})
 }
 
-// dbError answers a failed read: 503 when the schema is missing or the
-// database unreachable.
+func isPrivilegeError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42501"
+}
+
+// dbError answers a failed read: 403 when the sidecar's role may not read
+// it, 503 when the schema is missing or the database unreachable.
 func (c *Console) dbError(w http.ResponseWriter, r *http.Request, err error) {
 	c.log.Warn("console: request failed", "path", r.URL.Path, "error", err)
 	if errors.Is(err, ErrNotInstalled) {
 		writeError(w, http.StatusServiceUnavailable, "not_installed", err.Error())
+		return
+	}
+	if isPrivilegeError(err) {
+		writeError(w, http.StatusForbidden, "42501", oneLine(err.Error()))
 		return
 	}
 	writeError(w, http.StatusServiceUnavailable, "database", oneLine(err.Error()))

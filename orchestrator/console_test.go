@@ -2,6 +2,9 @@ package orchestrator
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,7 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgfanout/pgq/internal/testdb"
 )
 
 // consoleBundle is a test database with the console's fixture (see seed),
@@ -31,15 +38,22 @@ func setupConsole(t *testing.T, cfg ConsoleConfig) *consoleBundle {
 	t.Helper()
 	b := &consoleBundle{bundle: setup(t)}
 	b.seed(t)
+	b.serve(t, b.Pool, cfg)
+	return b
+}
+
+// serve starts the scheduler and the console on db.
+func (b *consoleBundle) serve(t *testing.T, db DB, cfg ConsoleConfig) {
+	t.Helper()
 	b.clock = newFakeClock(b.dbNow(t))
-	b.sched = b.scheduler(t, SchedulerConfig{LeaderTTL: time.Hour, LeaderID: "console-test"})
-	cfg.Logger, cfg.Clock = b.log, b.clock
 	var err error
-	b.console, err = NewConsole(b.Pool, b.sched, cfg)
+	b.sched, err = NewScheduler(db, SchedulerConfig{Logger: b.log, Jitter: -1, LeaderTTL: time.Hour, LeaderID: "console-test"})
+	require.NoError(t, err)
+	cfg.Logger, cfg.Clock = b.log, b.clock
+	b.console, err = NewConsole(db, b.sched, cfg)
 	require.NoError(t, err)
 	b.srv = httptest.NewServer(b.console.Handler(b.sched.Handler()))
 	t.Cleanup(b.srv.Close)
-	return b
 }
 
 // longPayload is the dead letter of the queue topic: longer than the
@@ -564,6 +578,53 @@ func TestConsoleDatabaseDown(t *testing.T) {
 	code, _ := get(t, b.srv.URL+"/")
 	require.Equal(t, http.StatusOK, code)
 	require.Error(t, b.console.Sample(b.ctx))
+}
+
+// A sidecar running as a fanout_admin member (not the schema owner) reads
+// the views, but neither the members, nor event_log: its overview says so,
+// and an admin action, which it could not record, is refused and undone.
+func TestConsoleAsFanoutAdmin(t *testing.T) {
+	t.Parallel()
+	b := &consoleBundle{bundle: setup(t)}
+	b.seed(t)
+	var r [5]byte
+	_, _ = rand.Read(r[:])
+	role := "pgq_console_" + hex.EncodeToString(r[:])
+	b.exec(t, "CREATE ROLE "+role+" LOGIN IN ROLE fanout_admin")
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), b.Admin)
+		if err == nil {
+			defer conn.Close(context.Background())
+			_, err = conn.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+		}
+		if err != nil {
+			t.Logf("drop role %s: %v", role, err)
+		}
+	})
+	pool, err := pgxpool.New(b.ctx, testdb.WithUser(b.URL, role))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	b.serve(t, pool, ConsoleConfig{Admin: true, Token: consoleToken})
+
+	var ov ConsoleOverview
+	require.Equal(t, http.StatusOK, b.getJSON(t, "/api/overview", &ov))
+	stale := findGroup(t, ov.Groups, "orders.events", "stale")
+	require.Equal(t, "dead", stale.Status)
+	require.Equal(t, int64(4), stale.LagMessages)
+	require.Empty(t, findGroup(t, ov.Groups, "jobs", "").MemberList)
+	require.Equal(t, "boom", *findGroup(t, ov.Groups, "jobs", "").NewestDeadLetterError)
+	require.Empty(t, ov.Events)
+	require.Contains(t, ov.EventsError, "permission denied")
+	var ae apiError
+	require.Equal(t, http.StatusForbidden, b.getJSON(t, "/api/events", &ae))
+	require.Equal(t, "42501", ae.Code)
+
+	code, ae, _ := b.adminClient(t).post("resurrect_group", resurrectStale)
+	require.Equal(t, http.StatusForbidden, code)
+	require.Equal(t, "42501", ae.Code)
+	require.Contains(t, ae.Error, "cannot record the action in fanout.event_log, so it was not done")
+	require.Equal(t, "dead", b.groupStatus(t, "orders.events", "stale"))
+	require.Zero(t, b.consoleEvents(t))
 }
 
 // Admin without a token is a configuration error.

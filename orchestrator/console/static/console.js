@@ -159,7 +159,8 @@
 
     replace("#events tbody", ov.events.map((e) => el("tr", { class: "event", "data-kind": e.kind },
       td(new Date(Date.parse(e.at)).toLocaleString()), td(e.topic, "name"), td(e.group === null ? "" : e.group, "name"),
-      td(e.kind), num(e.count), td(JSON.stringify(e.detail), "detail"))), "no events", 6);
+      td(e.kind), num(e.count), td(JSON.stringify(e.detail), "detail"))),
+    ov.events_error ? "fanout.event_log is not readable: " + ov.events_error : "no events", 6);
   }
 
   function showError(msg) {
