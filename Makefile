@@ -28,6 +28,7 @@ run: build
 	export DATABASE_URL; \
 	$(BIN) migrate; \
 	echo "pgq: psql \"$$DATABASE_URL\""; \
+	echo "pgq: console: http://$(LISTEN)/  (read-only unless PGQ_CONSOLE_ADMIN=true PGQ_CONSOLE_TOKEN=...)"; \
 	echo "pgq: metrics and health: http://$(LISTEN)/metrics  http://$(LISTEN)/healthz"; \
 	echo "pgq: status: DATABASE_URL=\"$$DATABASE_URL\" $(BIN) status"; \
 	exec $(BIN) run --listen $(LISTEN)
@@ -35,7 +36,7 @@ run: build
 test: build
 	@set -e; \
 	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
-	export DATABASE_URL PGQ_TEST_RESTART_PORT=$(RESTART_PORT); \
+	export DATABASE_URL PGQ_TEST_RESTART_PORT=$(RESTART_PORT) PGQ_TEST_CONSOLE_LISTEN=$(LISTEN); \
 	$(GO) vet ./...; \
 	$(GO) test -count=1 -timeout 20m ./... ; \
 	tests/e2e_psql.sh

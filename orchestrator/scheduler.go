@@ -133,6 +133,7 @@ type entry struct {
 	lastRun     time.Time
 	lastSuccess time.Time
 	lastErr     string
+	lastDur     time.Duration
 }
 
 // JobStatus is a snapshot of one job's state.
@@ -144,6 +145,8 @@ type JobStatus struct {
 	LastRun     time.Time `json:"last_run,omitzero"`
 	LastSuccess time.Time `json:"last_success,omitzero"`
 	LastError   string    `json:"last_error,omitempty"`
+	// LastDuration is how long the last run took.
+	LastDuration time.Duration `json:"last_duration_ns,omitempty"`
 	// Overdue is true on the leader when the job has not succeeded within
 	// its window (two intervals plus its timeout and jitter).
 	Overdue bool `json:"overdue,omitempty"`
@@ -389,6 +392,7 @@ func (s *Scheduler) record(e *entry, log *slog.Logger, res Result, err error, d 
 	e.mu.Lock()
 	e.runs++
 	e.lastRun = now
+	e.lastDur = d
 	if err != nil {
 		e.errs++
 		e.lastErr = err.Error()
@@ -439,7 +443,7 @@ func (s *Scheduler) Jobs() []JobStatus {
 		e.mu.Lock()
 		st := JobStatus{
 			Name: e.job.Name(), Schedule: e.job.Schedule(), Runs: e.runs, Errors: e.errs,
-			LastRun: e.lastRun, LastSuccess: e.lastSuccess, LastError: e.lastErr,
+			LastRun: e.lastRun, LastSuccess: e.lastSuccess, LastError: e.lastErr, LastDuration: e.lastDur,
 		}
 		ref := maxTime(e.lastSuccess, e.registered, since)
 		e.mu.Unlock()

@@ -43,6 +43,9 @@ type options struct {
 	backfillTargetLatency time.Duration
 	backfillMaxRate       float64
 	backfillMatch         string
+	console               bool
+	consoleAdmin          bool
+	consoleToken          string
 }
 
 // newFlagSet defines the flags of subcommand cmd.
@@ -75,6 +78,9 @@ func newFlagSet(cmd string, o *options) *flag.FlagSet {
 	fs.DurationVar(&o.backfillTargetLatency, "backfill-target-latency", orchestrator.DefaultBackfillTargetLatency, "backfill slows down when the p95 step latency exceeds this")
 	fs.Float64Var(&o.backfillMaxRate, "backfill-max-rate", orchestrator.DefaultBackfillMaxRate, "most backfill steps per second")
 	fs.StringVar(&o.backfillMatch, "backfill-match", orchestrator.DefaultBackfillMatch, "regular expression: matching functions are backfill steps, run through the adaptive driver")
+	fs.BoolVar(&o.console, "console", true, "serve the operator console (status page at /, JSON API at /api/) on --listen")
+	fs.BoolVar(&o.consoleAdmin, "console-admin", false, "enable the console's admin actions (resurrect, replay dead letters, cancel backfill); needs --console-token")
+	fs.StringVar(&o.consoleToken, "console-token", "", "secret the console's admin actions must present (Authorization: Bearer)")
 	return fs
 }
 

@@ -177,6 +177,8 @@ func runScheduler(ctx context.Context, o *options, logger *slog.Logger) error {
 		return usageError{fmt.Errorf("run: --batch-limit %d: want at least 1", o.batchLimit)}
 	case o.backfillMaxRate <= 0:
 		return usageError{fmt.Errorf("run: --backfill-max-rate %g: want > 0", o.backfillMaxRate)}
+	case o.consoleAdmin && (!o.console || o.consoleToken == ""):
+		return usageError{errors.New("run: --console-admin needs --console and a --console-token (or PGQ_CONSOLE_TOKEN)")}
 	case o.jitter < 0 || o.jobTimeout <= 0 || o.shutdownTimeout <= 0 || o.backfillTargetLatency <= 0:
 		return usageError{errors.New("run: --jitter must be >= 0; --job-timeout, --shutdown-timeout and --backfill-target-latency > 0")}
 	}
@@ -249,21 +251,35 @@ func runScheduler(ctx context.Context, o *options, logger *slog.Logger) error {
 		return usageError{fmt.Errorf("run: %w", err)}
 	}
 
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+
 	var srv *http.Server
 	srvErr := make(chan error, 1)
 	if o.listen != "" {
+		h := s.Handler()
+		if o.console {
+			c, err := orchestrator.NewConsole(pool, s, orchestrator.ConsoleConfig{
+				Logger: logger, Admin: o.consoleAdmin, Token: o.consoleToken,
+			})
+			if err != nil {
+				return usageError{fmt.Errorf("run: %w", err)}
+			}
+			h = c.Handler(h)
+			go c.Run(runCtx)
+		}
 		ln, err := net.Listen("tcp", o.listen)
 		if err != nil {
 			return fmt.Errorf("run: listen: %w", err)
 		}
-		srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		go func() { srvErr <- srv.Serve(ln) }()
 		logger.Info("serving /metrics and /healthz", "addr", ln.Addr().String(),
 			"metrics", "http://"+ln.Addr().String()+"/metrics")
+		if o.console {
+			logger.Info("serving the console", "url", "http://"+ln.Addr().String()+"/", "admin", o.consoleAdmin)
+		}
 	}
-
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
 	runErr := make(chan error, 1)
 	go func() { runErr <- s.Run(runCtx) }()
 	select {
@@ -328,7 +344,7 @@ func printHelp(w io.Writer) {
 
 Usage:
   pgq-scheduler migrate [flags]   apply the embedded migrations
-  pgq-scheduler run     [flags]   run maintenance (one leader among all copies), serve /metrics and /healthz
+  pgq-scheduler run     [flags]   run maintenance (one leader among all copies), serve the console, /metrics and /healthz
   pgq-scheduler status  [flags]   print topics, groups, lag, dead groups and backfills
   pgq-scheduler version           print the version
 

@@ -167,6 +167,8 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"run", "--database-url", "postgres://h/db", "--timeout", "fanout.x=-1s"}, nil, "want a positive duration"},
 		{[]string{"run", "--database-url", "postgres://h/db", "--backfill-match", "("}, nil, "backfill match: error parsing regexp"},
 		{[]string{"run", "--database-url", "postgres://h/db", "--log-level", "loud"}, nil, `invalid --log-level "loud"`},
+		{[]string{"run", "--database-url", "postgres://h/db", "--console-admin"}, nil, "--console-admin needs --console and a --console-token"},
+		{[]string{"run", "--database-url", "postgres://h/db", "--console=false"}, map[string]string{"PGQ_CONSOLE_ADMIN": "true", "PGQ_CONSOLE_TOKEN": "t"}, "--console-admin needs --console"},
 		{[]string{"migrate", "--config", "/nonexistent/pgq.conf", "--database-url", "postgres://h/db"}, nil, "config: open /nonexistent/pgq.conf"},
 	} {
 		_, _, err := cli(ctx, tc.env, tc.args...)
