@@ -17,8 +17,10 @@
 -- id index, each checkpointed in next_id, and a last step fixes the rows of
 -- the fence transactions once they have all ended. Setting or clearing a bit
 -- twice changes nothing, so steps are idempotent and a crash just repeats a
--- batch. Returns messages examined (0 when there is nothing to do or the
--- job waits for the fence); call again while it returns > 0. Concurrent
+-- batch. It never waits for a row lock (a batch with a row locked by an ack
+-- in progress is tried again on a later call). Returns messages examined (0
+-- when there is nothing to do, the job waits for the fence or its batch is
+-- busy); call again while it returns > 0. Concurrent
 -- callers never work on the same job (its row is locked, SKIP LOCKED).
 -- Tables: fanout.bitmap_job, fanout.consumer_group, fanout.topic,
 -- fanout.event_log, fanout_data.m<topic_id>.
@@ -75,10 +77,17 @@ BEGIN
     END IF;
 
     IF v_j.next_id <= v_j.upto_id THEN
-        -- Locked in id order, as acks lock them: no deadlock between the two.
-        EXECUTE format('SELECT array_agg(s.id) FROM (SELECT id FROM fanout_data.%I
-                        WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3 FOR NO KEY UPDATE) s', v_t.data_table)
-            INTO v_ids USING v_j.next_id, v_j.upto_id, v_j.batch_size;
+        -- Never waits for a row lock: an ack in a business transaction may
+        -- hold rows of several leases in any order, and waiting here could
+        -- close a deadlock with it. A busy batch is tried again later.
+        BEGIN
+            EXECUTE format('SELECT array_agg(s.id) FROM (SELECT id FROM fanout_data.%I
+                            WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3 FOR NO KEY UPDATE NOWAIT) s',
+                           v_t.data_table)
+                INTO v_ids USING v_j.next_id, v_j.upto_id, v_j.batch_size;
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN 0;
+        END;
         v_ids := coalesce(v_ids, '{}');
         EXECUTE format('UPDATE fanout_data.%I m SET %s WHERE m.id = ANY ($2) AND %s', v_t.data_table, v_set, v_where)
             USING v_bit, v_ids;
@@ -98,6 +107,13 @@ BEGIN
     IF EXISTS (SELECT 1 FROM unnest(v_j.fence_txids) AS x WHERE pg_xact_status(x) = 'in progress') THEN
         RETURN 0;
     END IF;
+    BEGIN
+        EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM fanout_data.%I WHERE txid = ANY ($1) AND id >= $2
+                                              ORDER BY id FOR NO KEY UPDATE NOWAIT) s', v_t.data_table)
+            INTO v_n USING v_j.fence_txids, v_j.from_id;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN 0;
+    END;
     EXECUTE format('UPDATE fanout_data.%I m SET %s WHERE m.txid = ANY ($2) AND m.id >= $3 AND %s',
                    v_t.data_table, v_set, v_where)
         USING v_bit, v_j.fence_txids, v_j.from_id;
