@@ -59,6 +59,24 @@ BEGIN
                 v_total := 0;
                 FOR g IN SELECT * FROM fanout.consumer_group cg
                          WHERE cg.topic_id = v_t.topic_id AND cg.status <> 'cancelled' LOOP
+                    IF g.bit_no IS NOT NULL AND g.status = 'dead' THEN
+                        -- Reference mode: a dead group's bit was released, so
+                        -- nothing looks unread to it; what it had not
+                        -- completed since it joined is what it loses.
+                        EXECUTE format('SELECT count(*) FROM fanout_data.%I m
+                                        WHERE m.id >= $1 AND (m.completed_groups & $2) = 0', v_p.relname)
+                            INTO v_lost USING g.joined_id, 1::bigint << g.bit_no;
+                        IF v_lost > 0 THEN
+                            UPDATE fanout.consumer_group cg SET lost_messages = cg.lost_messages + v_lost
+                            WHERE cg.group_id = g.group_id;
+                            INSERT INTO fanout.event_log (topic, group_name, kind, count, detail)
+                            VALUES (v_t.topic, g.group_name, 'unread_dropped', v_lost,
+                                    jsonb_build_object('partition', v_p.relname, 'group_status', g.status,
+                                                       'reason', 'group dead'));
+                            v_total := v_total + v_lost;
+                        END IF;
+                        CONTINUE;
+                    END IF;
                     CONTINUE WHEN fanout._group_passed(g, v_p);
                     v_lost := (SELECT u.messages FROM fanout._group_unread(g.group_id, NULL, v_p.relname) u)
                         + (SELECT count(*) FROM fanout.retry r

@@ -3,7 +3,7 @@
 -- retention ago (or zero_subscription_retention ago when no group of a pubsub
 -- topic pins storage) and every pinning group has passed it. Reference mode:
 -- no transaction that may have rows in it waits for its stamps to be
--- reconciled, every message in it is COMPLETED (or unclaimed and past
+-- reconciled, no backfill still has to stamp it, every message in it is COMPLETED (or unclaimed and past
 -- zero_subscription_retention) and it closed more than retention ago.
 -- Reads fanout.consumer_group, fanout.lease, fanout.retry, the partition.
 CREATE OR REPLACE FUNCTION fanout._partition_droppable(p_t fanout.topic, p_part fanout.partition, p_now timestamptz)
@@ -23,6 +23,13 @@ BEGIN
         IF EXISTS (SELECT 1 FROM fanout.stamp_pending s
                    WHERE s.topic_id = p_t.topic_id
                      AND (p_part.txid_bound IS NULL OR s.txid < p_part.txid_bound)) THEN
+            RETURN false;
+        END IF;
+        -- A backfill still to set its group's bits from here on: the history
+        -- it promised (e.g. unclaimed messages, scope all_retained) stays.
+        IF EXISTS (SELECT 1 FROM fanout.bitmap_job j JOIN fanout.consumer_group cg ON cg.group_id = j.group_id
+                   WHERE cg.topic_id = p_t.topic_id AND j.kind = 'backfill'
+                     AND j.status IN ('not_started', 'in_progress') AND j.from_id < p_part.hi_id) THEN
             RETURN false;
         END IF;
         -- Every message COMPLETED; unclaimed ones (no group required them)

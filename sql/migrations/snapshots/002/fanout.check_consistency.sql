@@ -81,7 +81,8 @@ BEGIN
     WHERE s.required_mask <> fanout._required_mask(t.topic_id);
 
     FOR v_t IN SELECT * FROM fanout.topic t WHERE t.completion = 'reference' LOOP
-        -- Bits of groups that no longer consume and whose release is done.
+        -- Bits of groups that no longer consume and whose release is done
+        -- (messages whose stamps wait to be reconciled are not judged yet).
         SELECT coalesce(bit_or(~0::bigint), 0) & ~fanout._required_mask(v_t.topic_id)
                & ~coalesce((SELECT bit_or(1::bigint << g.bit_no) FROM fanout.consumer_group g
                             WHERE g.topic_id = v_t.topic_id AND g.bit_no IS NOT NULL
@@ -96,8 +97,9 @@ BEGIN
                            m.required_groups & ~m.completed_groups & $2)
              FROM fanout_data.%I m
              WHERE (m.required_groups & ~m.completed_groups & $2) <> 0
+               AND NOT EXISTS (SELECT 1 FROM fanout.stamp_pending s WHERE s.topic_id = $3 AND s.txid = m.txid)
              LIMIT 100', v_t.data_table)
-            USING v_t.topic, v_gone;
+            USING v_t.topic, v_gone, v_t.topic_id;
     END LOOP;
 END
 $fn$;
