@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -122,3 +123,5 @@ func waitReady(ctx context.Context, u string, within time.Duration) error {
 		}
 	}
 }
+
+func mkdir(dir string) error { return os.MkdirAll(dir, 0o755) }
