@@ -103,8 +103,9 @@ func (p *producers) loop(ctx context.Context, i int, rec *recorder) {
 		case 'C':
 			p.committed.Add(1)
 			p.messages.Add(int64(n))
-			p.lastCommit.Store(time.Now().UnixNano())
-			err = rec.write(line("C", txn))
+			now := time.Now().UnixNano()
+			p.lastCommit.Store(now)
+			err = rec.write(line("C", txn, now))
 		case 'R':
 			p.rolledBack.Add(1)
 			err = rec.write(line("R", txn))

@@ -18,7 +18,7 @@ import (
 // Producer lines:
 //
 //	B txn topic n   before BEGIN: txn will publish keys txn.0 … txn.(n-1)
-//	C txn           COMMIT returned success
+//	C txn nanos     COMMIT returned success (at unix nanos)
 //	R txn           deliberately rolled back
 //	U txn error     the outcome is unknown (the commit or an earlier statement failed);
 //	                the verifier asks the ledger table chaos.txn
@@ -79,7 +79,8 @@ type delivery struct {
 type txnRec struct {
 	topic   string
 	n       int
-	outcome byte // 'C', 'R', 'U' or 0 (only B: the producer stopped or died)
+	outcome byte  // 'C', 'R', 'U' or 0 (only B: the producer stopped or died)
+	at      int64 // C: unix nanos when COMMIT returned
 }
 
 type records struct {
@@ -128,6 +129,9 @@ func (rs *records) readFile(name string) error {
 		case (fs[0] == "C" || fs[0] == "R" || fs[0] == "U") && len(fs) >= 2:
 			if t := rs.txns[fs[1]]; t != nil {
 				t.outcome = fs[0][0]
+				if t.outcome == 'C' && len(fs) == 3 {
+					t.at, _ = strconv.ParseInt(fs[2], 10, 64)
+				}
 			} else {
 				bad()
 			}

@@ -26,17 +26,32 @@ type groupResult struct {
 	BadAttempt    int // bug: attempt not previous + 1 (or the first not 1)
 	AckNotSettled int // bug: fanout.ack reported OK but the lease's messages are not settled
 	Phantom       int // bug: a recorded delivery the server has no lease for
+	// LostCommit are keys whose COMMIT returned OK but that the server does
+	// not have (a lost commit: a bug, except after an asynchronous-replication
+	// failover, where it is the measured loss window); not in Missing.
+	LostCommit int
 }
 
-func (g groupResult) bad() int {
-	return g.AfterAck + g.LiveLeases + g.BadAttempt + g.AckNotSettled + g.Phantom
+func (g groupResult) bad(async bool) int {
+	n := g.AfterAck + g.LiveLeases + g.BadAttempt + g.AckNotSettled
+	if !async {
+		n += g.Phantom
+	}
+	return n
 }
 
 // verdict is the outcome of one verified run.
 type verdict struct {
-	Groups               []*groupResult
-	Txns                 struct{ Committed, RolledBack, UnknownCommitted, UnknownRolledBack, CommitLost int }
-	CommitLostMsgs       int      // messages of transactions whose COMMIT returned OK but that the server does not have
+	Groups         []*groupResult
+	Txns           struct{ Committed, RolledBack, UnknownCommitted, UnknownRolledBack, CommitLost int }
+	CommitLostMsgs int // messages of transactions whose COMMIT returned OK but that the server does not have
+	// FirstLostCommit, LastLostCommit: unix nanos when the first and the
+	// last lost commit returned OK.
+	FirstLostCommit, LastLostCommit int64
+	// AsyncFailover: lost commits and deliveries whose lease the new primary
+	// never received are the measured loss window of asynchronous
+	// replication, reported but not counted as lost or bad.
+	AsyncFailover        bool
 	Consistency          []string // fanout.check_consistency() rows
 	GroupsView           string   // fanout.groups at the end
 	TornLines            int
@@ -47,7 +62,10 @@ type verdict struct {
 func (v *verdict) totals() (lost, bad, rolled int) {
 	for _, g := range v.Groups {
 		lost += g.Missing
-		bad += g.bad()
+		if !v.AsyncFailover {
+			lost += g.LostCommit
+		}
+		bad += g.bad(v.AsyncFailover)
 		rolled += g.RolledBack
 	}
 	return lost, bad, rolled
@@ -89,6 +107,7 @@ func verify(ctx context.Context, dbURL, runDir string, topics []topicSpec) (*ver
 		ledger[n] = true
 	}
 	committedKeys := map[string]map[string]bool{} // topic → keys
+	lostCommit := map[string]bool{}
 	rolledKeys := map[string]bool{}
 	for txn, t := range rs.txns {
 		committed := false
@@ -99,6 +118,13 @@ func verify(ctx context.Context, dbURL, runDir string, topics []topicSpec) (*ver
 			if !ledger[txn] {
 				v.Txns.CommitLost++ // COMMIT returned OK, the server does not have it
 				v.CommitLostMsgs += t.n
+				for j := range t.n {
+					lostCommit[fmt.Sprintf("%s.%d", txn, j)] = true
+				}
+				if v.FirstLostCommit == 0 || t.at < v.FirstLostCommit {
+					v.FirstLostCommit = t.at
+				}
+				v.LastLostCommit = max(v.LastLostCommit, t.at)
 			}
 		case t.outcome == 'R':
 			v.Txns.RolledBack++
@@ -184,9 +210,12 @@ func verify(ctx context.Context, dbURL, runDir string, topics []topicSpec) (*ver
 	for gk, r := range byGroup {
 		topic := r.Topic
 		for k := range committedKeys[topic] {
-			if seen[gk][k] {
+			switch {
+			case seen[gk][k]:
 				r.Delivered++
-			} else {
+			case lostCommit[k]:
+				r.LostCommit++
+			default:
 				r.Missing++
 			}
 		}
@@ -269,11 +298,11 @@ func verify(ctx context.Context, dbURL, runDir string, topics []topicSpec) (*ver
 func (v *verdict) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "topic/group\tcommitted\tdelivered\tmissing\trolled-back-delivered\tredelivered\tallowed\t"+
-		"after-ack\ttwo-live-leases\tbad-attempt\tack-not-settled\tphantom\t")
+		"after-ack\ttwo-live-leases\tbad-attempt\tack-not-settled\tphantom\tlost-commit\t")
 	for _, g := range v.Groups {
-		fmt.Fprintf(tw, "%s/%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", g.Topic, g.Group, g.Committed,
+		fmt.Fprintf(tw, "%s/%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", g.Topic, g.Group, g.Committed,
 			g.Delivered, g.Missing, g.RolledBack, g.Redelivered, g.Allowed, g.AfterAck, g.LiveLeases, g.BadAttempt,
-			g.AckNotSettled, g.Phantom)
+			g.AckNotSettled, g.Phantom, g.LostCommit)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "transactions: %d committed, %d rolled back, unknown outcome (commit interrupted) settled by the ledger: "+
