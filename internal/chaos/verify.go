@@ -91,8 +91,6 @@ func verify(ctx context.Context, dbURL, runDir string, topics []topicSpec) (*ver
 		return nil, fmt.Errorf("verify: %w", err)
 	}
 	defer conn.Close(ctx)
-	v := &verdict{TornLines: rs.torn, SelfKills: rs.selfKills, LateAcks: rs.lateAcks, LateAcksOK: rs.lateAcksOK}
-
 	// Transaction outcomes: the producer's record, else the ledger.
 	ledger := map[string]bool{}
 	rows, err := conn.Query(ctx, `SELECT txn FROM chaos.txn`)
@@ -105,6 +103,82 @@ func verify(ctx context.Context, dbURL, runDir string, topics []topicSpec) (*ver
 	}
 	for _, n := range names {
 		ledger[n] = true
+	}
+	// The server's leases: the delivery history of every message.
+	rows, err = conn.Query(ctx, `SELECT l.lease_id, t.topic || '/' || coalesce(g.group_name, 'queue'), l.created_at,
+			l.expires_at, l.msg_ids, l.attempts, l.settled, l.reclaimed
+		FROM fanout.lease l JOIN fanout.consumer_group g USING (group_id) JOIN fanout.topic t USING (topic_id)
+		ORDER BY l.lease_id`)
+	if err != nil {
+		return nil, fmt.Errorf("verify: leases: %w", err)
+	}
+	leases := map[int64]*leaseRow{}
+	var l leaseRow
+	_, err = pgx.ForEachRow(rows, []any{&l.id, &l.group, &l.created, &l.expires, &l.msgs, &l.attempts, &l.settled,
+		&l.reclaimed}, func() error {
+		c := l
+		leases[c.id] = &c
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("verify: leases: %w", err)
+	}
+
+	v := judge(rs, ledger, leases, topics)
+
+	rows, err = conn.Query(ctx, `SELECT format('%s %s %s %s: %s', topic, coalesce(group_name, '-'), message_id, status, problem)
+		FROM fanout.check_consistency()`)
+	if err != nil {
+		return nil, fmt.Errorf("verify: check_consistency: %w", err)
+	}
+	if v.Consistency, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return nil, fmt.Errorf("verify: check_consistency: %w", err)
+	}
+	rows, err = conn.Query(ctx, `SELECT topic, coalesce(group_name, '(queue)'), status, lag_messages, in_flight,
+		retry_pending, dead_letters, lost_messages, delivered FROM fanout.groups ORDER BY topic, group_name`)
+	if err != nil {
+		return nil, fmt.Errorf("verify: groups: %w", err)
+	}
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "topic\tgroup\tstatus\tlag\tin_flight\tretry\tdead_letters\tlost\tdelivered")
+	var vals [9]any
+	var s [3]string
+	var n [6]int64
+	vals = [9]any{&s[0], &s[1], &s[2], &n[0], &n[1], &n[2], &n[3], &n[4], &n[5]}
+	if _, err := pgx.ForEachRow(rows, vals[:], func() error {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", s[0], s[1], s[2], n[0], n[1], n[2], n[3], n[4], n[5])
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("verify: groups: %w", err)
+	}
+	tw.Flush()
+	v.GroupsView = b.String()
+	return v, nil
+}
+
+// judge classifies a run: rs from the record files, ledger the rows of
+// chaos.txn, leases every fanout.lease row by id (group as "topic/group").
+// Per group and message, the server's leases in id order are its delivery
+// history; each later lease is a redelivery, allowed only when the previous
+// lease had expired and not settled the message and the attempt grew by one.
+func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topics []topicSpec) *verdict {
+	v := &verdict{TornLines: rs.torn, SelfKills: rs.selfKills, LateAcks: rs.lateAcks, LateAcksOK: rs.lateAcksOK}
+	type gm struct {
+		group string
+		msg   int64
+	}
+	history := map[gm][]*leaseRow{}
+	ids := make([]int64, 0, len(leases))
+	for id := range leases {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		l := leases[id]
+		for _, m := range l.msgs {
+			history[gm{l.group, m}] = append(history[gm{l.group, m}], l)
+		}
 	}
 	committedKeys := map[string]map[string]bool{} // topic → keys
 	lostCommit := map[string]bool{}
@@ -145,34 +219,6 @@ func verify(ctx context.Context, dbURL, runDir string, topics []topicSpec) (*ver
 				rolledKeys[k] = true
 			}
 		}
-	}
-
-	// The server's leases: the delivery history of every message.
-	rows, err = conn.Query(ctx, `SELECT l.lease_id, t.topic || '/' || coalesce(g.group_name, 'queue'), l.created_at,
-			l.expires_at, l.msg_ids, l.attempts, l.settled, l.reclaimed
-		FROM fanout.lease l JOIN fanout.consumer_group g USING (group_id) JOIN fanout.topic t USING (topic_id)
-		ORDER BY l.lease_id`)
-	if err != nil {
-		return nil, fmt.Errorf("verify: leases: %w", err)
-	}
-	leases := map[int64]*leaseRow{}
-	type gm struct {
-		group string
-		msg   int64
-	}
-	history := map[gm][]*leaseRow{}
-	var l leaseRow
-	_, err = pgx.ForEachRow(rows, []any{&l.id, &l.group, &l.created, &l.expires, &l.msgs, &l.attempts, &l.settled,
-		&l.reclaimed}, func() error {
-		c := l
-		leases[c.id] = &c
-		for _, m := range c.msgs {
-			history[gm{c.group, m}] = append(history[gm{c.group, m}], &c)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("verify: leases: %w", err)
 	}
 
 	byGroup := map[string]*groupResult{}
@@ -263,35 +309,7 @@ func verify(ctx context.Context, dbURL, runDir string, topics []topicSpec) (*ver
 		}
 	}
 
-	rows, err = conn.Query(ctx, `SELECT format('%s %s %s %s: %s', topic, coalesce(group_name, '-'), message_id, status, problem)
-		FROM fanout.check_consistency()`)
-	if err != nil {
-		return nil, fmt.Errorf("verify: check_consistency: %w", err)
-	}
-	if v.Consistency, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-		return nil, fmt.Errorf("verify: check_consistency: %w", err)
-	}
-	rows, err = conn.Query(ctx, `SELECT topic, coalesce(group_name, '(queue)'), status, lag_messages, in_flight,
-		retry_pending, dead_letters, lost_messages, delivered FROM fanout.groups ORDER BY topic, group_name`)
-	if err != nil {
-		return nil, fmt.Errorf("verify: groups: %w", err)
-	}
-	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "topic\tgroup\tstatus\tlag\tin_flight\tretry\tdead_letters\tlost\tdelivered")
-	var vals [9]any
-	var s [3]string
-	var n [6]int64
-	vals = [9]any{&s[0], &s[1], &s[2], &n[0], &n[1], &n[2], &n[3], &n[4], &n[5]}
-	if _, err := pgx.ForEachRow(rows, vals[:], func() error {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", s[0], s[1], s[2], n[0], n[1], n[2], n[3], n[4], n[5])
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("verify: groups: %w", err)
-	}
-	tw.Flush()
-	v.GroupsView = b.String()
-	return v, nil
+	return v
 }
 
 // print writes the per-group table and the server-side checks.
