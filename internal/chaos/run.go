@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 )
 
 // Summary is the outcome of Run: the three numbers of the last line, plus
@@ -51,6 +52,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 	for _, sc := range cfg.Scenarios {
 		var v *verdict
 		var err error
+		began := time.Now()
 		switch sc {
 		case "soak":
 			v, err = runSoak(ctx, cfg, out)
@@ -64,6 +66,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 			v, err = runFailover(ctx, cfg, out, false)
 		}
 		sum.add(v)
+		fmt.Fprintf(out, "%s: took %s\n", sc, time.Since(began).Round(100*time.Millisecond))
 		if err != nil {
 			cfg.Logger.Error("scenario failed", "scenario", sc, "error", err)
 			sum.Problems = append(sum.Problems, fmt.Sprintf("%s: %v", sc, err))

@@ -117,13 +117,15 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 	} else {
 		log.Info("drained", "took", took.Round(time.Millisecond))
 	}
+	stopping := time.Now()
 	sup.stopAll(ctx, 10*time.Second)
+	log.Info("children stopped", "took", time.Since(stopping).Round(time.Millisecond))
 	v, err := verify(ctx, dbURL, cfg.RunDir, f.topics)
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(out, "\n== soak: %s, %d producer transactions/s, %d workers, 2 schedulers\n", cfg.Duration, int(cfg.Rate),
-		len(f.workers))
+	fmt.Fprintf(out, "\n== soak: %s, %d producer transactions/s, %d workers, 2 schedulers; drained in %s\n", cfg.Duration,
+		int(cfg.Rate), len(f.workers), took.Round(100*time.Millisecond))
 	fmt.Fprintf(out, "faults: %d immediate restarts, %d backends terminated, %d consumers SIGKILLed mid-page "+
 		"(+%d while idle), %d scheduler leaders SIGKILLed, late acks up to %d per SQL consumer; "+
 		"unplanned child exits %d\n", fc.Restarts, fc.Terminated, fc.KilledMidPage, fc.KilledOther, fc.LeaderKills,
