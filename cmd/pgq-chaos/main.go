@@ -32,7 +32,7 @@ func main() {
 	var cfg chaos.Config
 	var seconds, longTx int
 	var scenarios string
-	flag.IntVar(&seconds, "seconds", 0, "soak duration in seconds (env CHAOS_SECONDS; default 210)")
+	flag.IntVar(&seconds, "seconds", 0, "soak duration in seconds (env CHAOS_SECONDS; default 180)")
 	flag.IntVar(&longTx, "long-tx-seconds", 0, "how long the long transaction holds its xid (default 120)")
 	flag.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios (default: all of "+strings.Join(chaos.AllScenarios, ",")+")")
 	flag.IntVar(&cfg.Port, "port", 0, "port of the soak cluster (default 55435)")

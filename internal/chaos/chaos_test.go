@@ -26,7 +26,9 @@ func TestMain(m *testing.M) {
 }
 
 // ciPort is the port of the short run's own cluster: PGQ_TEST_CHAOS_PORT
-// (make test sets it from CHAOS_CI_PORT), 55442 when unset.
+// (make test sets it from CHAOS_CI_PORT), 55442 when unset. The
+// long-transaction and dead-group scenarios run on a second cluster on the
+// next port.
 func ciPort(t *testing.T) int {
 	if p := os.Getenv("PGQ_TEST_CHAOS_PORT"); p != "" {
 		n, err := strconv.Atoi(p)
@@ -53,26 +55,60 @@ func TestChaosShort(t *testing.T) {
 	require.NoError(t, err, "go build pgq-scheduler: %s", out)
 
 	logs := &testdb.SyncBuffer{}
-	report := &testdb.SyncBuffer{}
 	cfg := Config{
 		Root: root, Port: ciPort(t), Cluster: "chaos-ci", SchedulerBin: sched,
 		Duration: 60 * time.Second, DrainTimeout: 60 * time.Second, Rate: 30, Producers: 2,
 		Restarts: 1, Terminates: 3, Kills: 2, LeaderKills: 1, LateAcks: 1,
 		LongTx: 8 * time.Second, DeadGroupRounds: 8,
-		Scenarios: []string{"soak", "longtx", "deadgroup"},
-		RunDir:    t.TempDir(),
-		Logger:    slog.New(slog.NewTextHandler(logs, nil)),
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
 	}
+	side := cfg
+	side.Cluster, side.Port = "chaos-ci-side", cfg.Port+1
 	t.Cleanup(func() {
-		c := &cluster{root: root, name: cfg.Cluster, port: cfg.Port}
-		_ = c.stop(context.Background())
+		for _, c := range []Config{cfg, side} {
+			_ = (&cluster{root: root, name: c.Cluster, port: c.Port}).stop(context.Background())
+		}
 	})
-	sum, err := Run(ctx, cfg, report)
-	t.Logf("report:\n%s\n%s", report.String(), sum.Line())
-	if err != nil || !sum.OK() {
+	// The soak restarts its server, so the long-transaction and dead-group
+	// scenarios run beside it on a cluster of their own (each in a database
+	// of its own).
+	type result struct {
+		sum    Summary
+		err    error
+		report *testdb.SyncBuffer
+	}
+	run := func(c Config, scenarios ...string) <-chan result {
+		c.Scenarios = scenarios
+		c.RunDir = t.TempDir()
+		ch := make(chan result, 1)
+		go func() {
+			r := result{report: &testdb.SyncBuffer{}}
+			r.sum, r.err = Run(ctx, c, r.report)
+			ch <- r
+		}()
+		return ch
+	}
+	// (one after the other: concurrent migrations of a fresh cluster race on
+	// its roles).
+	soak, others := run(cfg, "soak"), run(side, "longtx", "deadgroup")
+	results := []result{<-soak, <-others}
+	var total Summary
+	failed := false
+	for _, r := range results {
+		t.Logf("report:\n%s", r.report.String())
+		total.Lost += r.sum.Lost
+		total.BadDuplicates += r.sum.BadDuplicates
+		total.RolledBackDelivered += r.sum.RolledBackDelivered
+		total.Problems = append(total.Problems, r.sum.Problems...)
+		if r.err != nil {
+			total.Problems = append(total.Problems, r.err.Error())
+		}
+		failed = failed || r.err != nil || !r.sum.OK()
+	}
+	t.Log(total.Line())
+	if failed {
 		t.Logf("harness log:\n%s", logs.String())
 	}
-	require.NoError(t, err)
-	require.Empty(t, sum.Problems)
-	require.True(t, sum.OK(), sum.Line())
+	require.Empty(t, total.Problems)
+	require.True(t, total.OK(), total.Line())
 }

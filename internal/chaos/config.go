@@ -25,7 +25,7 @@ type Config struct {
 	Cluster string
 
 	// Duration is how long producers publish and faults are injected in the
-	// soak (the drain and the verification come on top). Default 210 s.
+	// soak (the drain and the verification come on top). Default 180 s.
 	Duration time.Duration
 	// DrainTimeout bounds the wait for every group to catch up after the
 	// soak. Default 120 s.
@@ -68,7 +68,7 @@ type Config struct {
 	// Default 12.
 	DeadGroupRounds int
 	// FailoverPhase is how long the failover scenarios run before and after
-	// the promotion. Default 20 s.
+	// the promotion. Default 15 s.
 	FailoverPhase time.Duration
 
 	// Scenarios to run, in order, from soak, longtx, deadgroup,
@@ -92,7 +92,7 @@ const (
 	DefaultPort            = 55435
 	DefaultFailoverPort    = 55436
 	DefaultCluster         = "chaos"
-	DefaultDuration        = 210 * time.Second
+	DefaultDuration        = 180 * time.Second
 	DefaultDrainTimeout    = 120 * time.Second
 	DefaultRate            = 60
 	DefaultProducers       = 3
@@ -106,7 +106,7 @@ const (
 	DefaultLateAcks        = 2
 	DefaultLongTx          = 2 * time.Minute
 	DefaultDeadGroupRounds = 12
-	DefaultFailoverPhase   = 20 * time.Second
+	DefaultFailoverPhase   = 15 * time.Second
 )
 
 // AllScenarios are the scenario names, in their default order.

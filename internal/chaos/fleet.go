@@ -203,7 +203,7 @@ func (f *fleet) killLeader(ctx context.Context, fc *faultCounts) error {
 }
 
 // drain waits until every group of the run has nothing unread, in flight or
-// waiting for a retry (twice in a row, a lease apart).
+// waiting for a retry (twice in a row).
 func (f *fleet) drain(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
 	deadline := start.Add(f.cfg.DrainTimeout)
@@ -213,7 +213,7 @@ func (f *fleet) drain(ctx context.Context) (time.Duration, error) {
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-time.After(f.cfg.Lease / 2):
+		case <-time.After(min(f.cfg.Lease/2, 500*time.Millisecond)):
 		}
 		conn, err := pgx.Connect(ctx, f.adminDB)
 		if err != nil {
@@ -233,7 +233,7 @@ func (f *fleet) drain(ctx context.Context) (time.Duration, error) {
 		}
 		if busy == 0 {
 			clean++
-			if clean >= 3 {
+			if clean >= 2 {
 				return time.Since(start), nil
 			}
 		} else {
