@@ -75,6 +75,7 @@ db-stop:
 	-scripts/devdb.sh stop bench
 	-scripts/devdb.sh stop chaos
 	-scripts/devdb.sh stop chaos-ci
+	-scripts/devdb.sh stop chaos-ci-side
 	-scripts/devdb.sh stop chaos-fo-p
 	-scripts/devdb.sh stop chaos-fo-s
 

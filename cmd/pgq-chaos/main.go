@@ -36,10 +36,12 @@ func main() {
 	flag.IntVar(&longTx, "long-tx-seconds", 0, "how long the long transaction holds its xid (default 120)")
 	flag.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios (default: all of "+strings.Join(chaos.AllScenarios, ",")+")")
 	flag.IntVar(&cfg.Port, "port", 0, "port of the soak cluster (default 55435)")
+	flag.StringVar(&cfg.Cluster, "cluster", "", "name of the soak cluster under .pgq-dev (default chaos)")
 	flag.IntVar(&cfg.FailoverPort, "failover-port", 0, "port of the failover primary; the standby takes the next one (default 55436)")
 	flag.Float64Var(&cfg.Rate, "rate", 0, "producer transactions per second (default 60)")
 	flag.IntVar(&cfg.Restarts, "restarts", 0, "immediate server stops during the soak (default 2)")
 	flag.IntVar(&cfg.Kills, "kills", 0, "consumer processes SIGKILLed during the soak (default 6)")
+	flag.BoolVar(&cfg.NoRelay, "no-relay", false, "no relay consumer (read and publish in one transaction) on the queue")
 	flag.StringVar(&cfg.SchedulerBin, "scheduler", "", "pgq-scheduler binary (default bin/pgq-scheduler)")
 	flag.Parse()
 	if seconds == 0 {

@@ -60,6 +60,12 @@ type Config struct {
 	// after its lease expired. Default 2.
 	LateAcks int
 
+	// NoRelay replaces the queue's relay consumer (kindRelay: it publishes to
+	// the queue inside the transaction of its read, alternately
+	// read-then-publish and publish-then-read) with a plain SQL consumer.
+	// Default false: the relay runs.
+	NoRelay bool
+
 	// LongTx is how long the long-transaction scenario holds its xid.
 	// Default 2 minutes.
 	LongTx time.Duration

@@ -33,15 +33,20 @@ func (g groupSpec) label() string {
 	return g.name
 }
 
-// soakTopics is the soak's topology: a queue with competing consumers, an
+// soakTopics is the soak's topology: a queue with competing consumers (one
+// of them a relay that publishes in its read transaction), an
 // offset-mode pubsub topic with three groups of two members, a
 // reference-mode pubsub topic with two groups; SQL workers and both kinds of
 // client-package workers.
-func soakTopics() []topicSpec {
+func soakTopics(cfg Config) []topicSpec {
+	first := kindRelay
+	if cfg.NoRelay {
+		first = kindSQL
+	}
 	common := `max_attempts => 1000, partition_interval => '1 minute', retention => '1 minute'`
 	return []topicSpec{
 		{name: "chaos.queue", create: common, isQueue: true, complete: "queue",
-			groups: []groupSpec{{workers: []string{kindSQL, kindSQL, kindClient}}}},
+			groups: []groupSpec{{workers: []string{first, kindSQL, kindClient}}}},
 		{name: "chaos.offset", create: `semantics => 'pubsub', ` + common, complete: "offset",
 			groups: []groupSpec{
 				{name: "o1", workers: []string{kindSQL, kindSQL}},

@@ -47,7 +47,7 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 		return nil, err
 	}
 	sup := &supervisor{runDir: cfg.RunDir, log: log, restartDelay: 2 * time.Second}
-	f := &fleet{cfg: cfg, url: dbURL, adminDB: dbURL, dbName: dbName, topics: soakTopics(), sup: sup}
+	f := &fleet{cfg: cfg, url: dbURL, adminDB: dbURL, dbName: dbName, topics: soakTopics(cfg), sup: sup}
 	defer sup.stopAll(context.Background(), 10*time.Second)
 	if err := f.setup(ctx); err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,6 +31,11 @@ const (
 	kindSQL      = "sql"       // hand-written: fanout.read, record, fanout.ack
 	kindClient   = "client"    // client.NewConsumer (page acks, pipelined with the next read)
 	kindClientTx = "client-tx" // client.NewTxConsumer (one transaction per message, ack inside)
+	// kindRelay is a hand-written consumer of a queue that also publishes to
+	// that queue in the transaction of its read: alternately read-then-publish
+	// and publish-then-read (consume-transform-produce). It publishes only
+	// while it sees producer keys, so the derived keys die out in the drain.
+	kindRelay = "relay"
 )
 
 // workerSpec is one consumer process.
@@ -106,7 +112,7 @@ func (w *worker) run(ctx context.Context) error {
 	defer w.rec.Close()
 	consumer := fmt.Sprintf("%s-%d", w.spec.Name, os.Getpid())
 	switch w.spec.Kind {
-	case kindSQL:
+	case kindSQL, kindRelay:
 		return w.runSQL(ctx, consumer)
 	case kindClient, kindClientTx:
 		return w.runClient(ctx, consumer)
@@ -151,6 +157,7 @@ func (w *worker) runSQL(ctx context.Context, consumer string) error {
 		group = w.spec.Group
 	}
 	lateLeft, pages := w.spec.LateAcks, 0
+	relay, relayOn, seq := w.spec.Kind == kindRelay, false, 0
 	backoff := 100 * time.Millisecond
 	sleep := func(d time.Duration) bool {
 		select {
@@ -172,20 +179,68 @@ func (w *worker) runSQL(ctx context.Context, consumer string) error {
 		}
 		// Not ctx: a page is finished even when asked to stop.
 		bg := context.Background()
-		rows, err := conn.Query(bg, `SELECT lease_id, message_id, payload, attempt
-			FROM fanout.read($1::text, $2::text, $3::text, $4::int, $5::interval)`,
-			w.spec.Topic, group, consumer, w.spec.Page, w.spec.Lease.String())
 		type row struct {
 			lease, id int64
 			payload   []byte
 			attempt   int
 		}
 		var page []row
+		var q interface {
+			Query(context.Context, string, ...any) (pgx.Rows, error)
+			Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+		} = conn
+		var tx pgx.Tx
+		txn, publishFirst := "", false
+		publish := func() error {
+			if _, err := tx.Exec(bg, `INSERT INTO chaos.txn VALUES ($1)`, txn); err != nil {
+				return err
+			}
+			_, err := tx.Exec(bg, `SELECT fanout.publish($1, jsonb_build_object('k', $2::text))`, w.spec.Topic, txn+".0")
+			return err
+		}
+		if relay && relayOn {
+			seq++
+			txn, publishFirst = fmt.Sprintf("r-%s-%d-%d", w.spec.Name, os.Getpid(), seq), seq%2 == 0
+			if err := w.rec.write(line("B", txn, w.spec.Topic, 1)); err != nil {
+				return err
+			}
+			if tx, err = conn.Begin(bg); err == nil && publishFirst {
+				err = publish()
+			}
+			q = tx
+		}
 		if err == nil {
-			page, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
-				var x row
-				return x, r.Scan(&x.lease, &x.id, &x.payload, &x.attempt)
-			})
+			var rows pgx.Rows
+			rows, err = q.Query(bg, `SELECT lease_id, message_id, payload, attempt
+				FROM fanout.read($1::text, $2::text, $3::text, $4::int, $5::interval)`,
+				w.spec.Topic, group, consumer, w.spec.Page, w.spec.Lease.String())
+			if err == nil {
+				page, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+					var x row
+					return x, r.Scan(&x.lease, &x.id, &x.payload, &x.attempt)
+				})
+			}
+		}
+		if tx != nil {
+			if err == nil && !publishFirst {
+				err = publish()
+			}
+			if err == nil {
+				err = tx.Commit(bg)
+			}
+			if err != nil {
+				_ = tx.Rollback(bg)
+				_ = w.rec.write(line("U", txn, err))
+			} else if err = w.rec.write(line("C", txn, time.Now().UnixNano())); err != nil {
+				return err
+			}
+		}
+		if relay {
+			// Relay only while producer keys come by.
+			relayOn = false
+			for _, m := range page {
+				relayOn = relayOn || !bytes.Contains(m.payload, []byte(`"r-`))
+			}
 		}
 		if err != nil {
 			w.log.Warn("read failed", "error", err)
