@@ -153,6 +153,12 @@ func runLongTx(ctx context.Context, cfg Config, out io.Writer) (*verdict, error)
 	open := time.Since(opened)
 	// (The long transactions' own keys do not count yet: they have no
 	// outcome in the records and no ledger row visible.)
+	// Hold them for the whole of cfg.LongTx.
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(time.Until(opened.Add(cfg.LongTx))):
+	}
 	if err := tx.Commit(ctx); err != nil {
 		_ = rec.write(line("U", txns[0], err))
 		return nil, fmt.Errorf("longtx: commit: %w", err)
