@@ -49,6 +49,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 		return sum, err
 	}
 	fmt.Fprintf(out, "chaos: records and logs in %s\n", cfg.RunDir)
+	// The failover scenarios stop their clusters themselves.
+	defer func() { _ = (&cluster{root: cfg.Root, name: cfg.Cluster, port: cfg.Port}).stop(context.Background()) }()
 	for _, sc := range cfg.Scenarios {
 		var v *verdict
 		var err error
