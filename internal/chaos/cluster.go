@@ -38,7 +38,26 @@ func (c *cluster) devdb(ctx context.Context, args ...string) (string, error) {
 
 // start starts (or reuses) the cluster and returns its admin URL.
 func (c *cluster) start(ctx context.Context) (string, error) {
-	return c.devdb(ctx, "start", c.name, strconv.Itoa(c.port))
+	return c.retry(ctx, "start", c.name, strconv.Itoa(c.port))
+}
+
+// retry runs a devdb.sh command that starts a server up to 3 times: on a
+// busy machine the port can be taken for a moment by the ephemeral port of
+// some client connection ("Address already in use").
+func (c *cluster) retry(ctx context.Context, args ...string) (string, error) {
+	var err error
+	for range 3 {
+		var out string
+		if out, err = c.devdb(ctx, args...); err == nil {
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return "", err
 }
 
 // crash stops the server with pg_ctl stop -m immediate.
@@ -60,7 +79,7 @@ func (c *cluster) destroy(ctx context.Context) error {
 // standbyOf creates this cluster as a streaming standby of primary
 // (pg_basebackup -R) and starts it.
 func (c *cluster) standbyOf(ctx context.Context, primary *cluster) (string, error) {
-	return c.devdb(ctx, "standby", c.name, strconv.Itoa(c.port), strconv.Itoa(primary.port))
+	return c.retry(ctx, "standby", c.name, strconv.Itoa(c.port), strconv.Itoa(primary.port))
 }
 
 func (c *cluster) promote(ctx context.Context) error {
