@@ -2,6 +2,7 @@
 #   make run      throwaway local PostgreSQL + migrations + pgq-scheduler run
 #   make test     the whole suite against a throwaway PostgreSQL (or $DATABASE_URL)
 #   make bench    benchmarks as ratios to baselines measured in the same run
+#   make chaos    fault-injection soak on its own throwaway clusters (CHAOS_SECONDS=N to lengthen)
 SHELL := /bin/bash
 GO    ?= go
 BIN   := bin/pgq-scheduler
@@ -9,9 +10,12 @@ TEST_PORT  ?= 55433
 RUN_PORT   ?= 55432
 BENCH_PORT ?= 55434
 RESTART_PORT ?= 55441
+CHAOS_PORT ?= 55435
+CHAOS_FAILOVER_PORT ?= 55436
+CHAOS_CI_PORT ?= 55442
 LISTEN     ?= 127.0.0.1:9187
 
-.PHONY: all build run test test-go test-e2e bench bench-quick verify-sql snapshot-sql db-stop clean
+.PHONY: all build run test test-go test-e2e bench bench-quick chaos verify-sql snapshot-sql db-stop clean
 
 all: build
 
@@ -36,7 +40,7 @@ run: build
 test: build
 	@set -e; \
 	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
-	export DATABASE_URL PGQ_TEST_RESTART_PORT=$(RESTART_PORT) PGQ_TEST_CONSOLE_LISTEN=$(LISTEN); \
+	export DATABASE_URL PGQ_TEST_RESTART_PORT=$(RESTART_PORT) PGQ_TEST_CONSOLE_LISTEN=$(LISTEN) PGQ_TEST_CHAOS_PORT=$(CHAOS_CI_PORT); \
 	$(GO) vet ./...; \
 	$(GO) test -count=1 -timeout 20m ./... ; \
 	tests/e2e_psql.sh
@@ -49,6 +53,13 @@ bench: build
 
 bench-quick:
 	$(MAKE) bench BENCH_FLAGS=-quick
+
+# Fault injection: soak (restarts, terminated backends, SIGKILLed consumers and
+# scheduler leader, late acks), long transaction, dead group, failover. Its own
+# clusters (chaos on CHAOS_PORT, chaos-fo-p/-s on CHAOS_FAILOVER_PORT and +1).
+chaos: build
+	$(GO) build -o bin/pgq-chaos ./cmd/pgq-chaos
+	bin/pgq-chaos -port $(CHAOS_PORT) -failover-port $(CHAOS_FAILOVER_PORT) $(CHAOS_FLAGS)
 
 # The migrations must freeze exactly what sql/functions and sql/triggers hold.
 verify-sql:
@@ -63,6 +74,11 @@ db-stop:
 	-scripts/devdb.sh stop run
 	-scripts/devdb.sh stop test
 	-scripts/devdb.sh stop bench
+	-scripts/devdb.sh stop chaos
+	-scripts/devdb.sh stop chaos-ci
+	-scripts/devdb.sh stop chaos-ci-side
+	-scripts/devdb.sh stop chaos-fo-p
+	-scripts/devdb.sh stop chaos-fo-s
 
 clean: db-stop
 	rm -rf bin .pgq-dev

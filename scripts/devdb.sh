@@ -4,6 +4,12 @@
 #   scripts/devdb.sh start NAME PORT   start (or reuse) cluster NAME on 127.0.0.1:PORT; prints its URL
 #   scripts/devdb.sh stop NAME         stop cluster NAME (data is kept until `make clean`)
 #   scripts/devdb.sh url NAME PORT     print the URL without starting anything
+#   scripts/devdb.sh crash NAME        stop cluster NAME with `pg_ctl stop -m immediate` (a crash; make chaos)
+#   scripts/devdb.sh standby NAME PORT PRIMARY_PORT
+#                                      pg_basebackup -R of the cluster on PRIMARY_PORT into NAME, then start
+#                                      NAME as its streaming standby on PORT; prints its URL (make chaos)
+#   scripts/devdb.sh promote NAME      promote the standby NAME (pg_ctl promote)
+#   scripts/devdb.sh destroy NAME      stop cluster NAME at once and delete its data
 #
 # Data lives under .pgq-dev/NAME in the checkout (git-ignored). PostgreSQL refuses
 # to run as root, so as root the cluster runs as the OS user `postgres` (created
@@ -118,6 +124,34 @@ case "$cmd" in
     fi
     url
     ;;
+  crash|promote|destroy)
+    pick_user
+    for d in "$dir" "$(readlink -f "$base/$name.link" 2>/dev/null || true)"; do
+      [ -n "$d" ] && [ -f "$d/data/PG_VERSION" ] || continue
+      bindir=$(find_bindir) || exit 1
+      case "$cmd" in
+        crash) run_pg "$bindir/pg_ctl" -D "$d/data" -m immediate -w stop >/dev/null ;;
+        promote) run_pg "$bindir/pg_ctl" -D "$d/data" -w -t 60 promote >/dev/null ;;
+        destroy)
+          run_pg "$bindir/pg_ctl" -D "$d/data" -m immediate -w stop >/dev/null 2>&1 || true
+          rm -rf "$d/data" ;;
+      esac
+    done
+    ;;
+  standby)
+    primary_port=${4:?usage: $0 standby NAME PORT PRIMARY_PORT}
+    ensure_postgres
+    pick_user
+    pick_dir
+    mkdir -p "$dir"
+    [ "$(id -u)" = 0 ] && chown "$pguser" "$dir"
+    if [ ! -f "$dir/data/PG_VERSION" ]; then
+      log "pg_basebackup -R from 127.0.0.1:$primary_port into $dir/data"
+      run_pg "$bindir/pg_basebackup" -h 127.0.0.1 -p "$primary_port" -U postgres -D "$dir/data" -R -X stream \
+        --checkpoint=fast >"$dir/basebackup.log" 2>&1 || { cat "$dir/basebackup.log" >&2; exit 1; }
+    fi
+    "$0" start "$name" "$port"
+    ;;
   stop)
     pick_user
     for d in "$dir" "$(readlink -f "$base/$name.link" 2>/dev/null || true)"; do
@@ -126,5 +160,5 @@ case "$cmd" in
       run_pg "$bindir/pg_ctl" -D "$d/data" -m fast -w stop >/dev/null 2>&1 || true
     done
     ;;
-  *) echo "usage: $0 start|stop|url NAME [PORT]" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|url|crash|standby|promote|destroy NAME [PORT [PRIMARY_PORT]]" >&2; exit 2 ;;
 esac

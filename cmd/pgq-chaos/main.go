@@ -1,0 +1,71 @@
+// Command pgq-chaos is pgq's fault-injection soak (make chaos). It is a test
+// harness, not part of the production binary: it starts its own throwaway
+// PostgreSQL clusters (scripts/devdb.sh), re-executes itself as consumer
+// workers, and ends with one line:
+//
+//	chaos: L lost, B bad duplicates, R rolled-back delivered
+//
+// exiting non-zero unless all three are 0 and every scenario ran clean.
+//
+//	pgq-chaos [-seconds N] [-scenarios soak,longtx,deadgroup,failover-sync,failover-async] [-port P] [-failover-port P]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pgfanout/pgq/internal/chaos"
+)
+
+func main() {
+	if chaos.IsWorker() {
+		chaos.WorkerMain()
+		return
+	}
+	var cfg chaos.Config
+	var seconds, longTx int
+	var scenarios string
+	flag.IntVar(&seconds, "seconds", 0, "soak duration in seconds (env CHAOS_SECONDS; default 180)")
+	flag.IntVar(&longTx, "long-tx-seconds", 0, "how long the long transaction holds its xid (default 120)")
+	flag.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios (default: all of "+strings.Join(chaos.AllScenarios, ",")+")")
+	flag.IntVar(&cfg.Port, "port", 0, "port of the soak cluster (default 55435)")
+	flag.StringVar(&cfg.Cluster, "cluster", "", "name of the soak cluster under .pgq-dev (default chaos)")
+	flag.IntVar(&cfg.FailoverPort, "failover-port", 0, "port of the failover primary; the standby takes the next one (default 55436)")
+	flag.Float64Var(&cfg.Rate, "rate", 0, "producer transactions per second (default 60)")
+	flag.IntVar(&cfg.Restarts, "restarts", 0, "immediate server stops during the soak (default 2)")
+	flag.IntVar(&cfg.Kills, "kills", 0, "consumer processes SIGKILLed during the soak (default 6)")
+	flag.BoolVar(&cfg.NoRelay, "no-relay", false, "no relay consumer (read and publish in one transaction) on the queue")
+	flag.StringVar(&cfg.SchedulerBin, "scheduler", "", "pgq-scheduler binary (default bin/pgq-scheduler)")
+	flag.Parse()
+	if seconds == 0 {
+		if s := os.Getenv("CHAOS_SECONDS"); s != "" {
+			if _, err := fmt.Sscan(s, &seconds); err != nil {
+				fmt.Fprintln(os.Stderr, "pgq-chaos: CHAOS_SECONDS must be a number of seconds")
+				os.Exit(2)
+			}
+		}
+	}
+	cfg.Duration = time.Duration(seconds) * time.Second
+	cfg.LongTx = time.Duration(longTx) * time.Second
+	if scenarios != "" {
+		cfg.Scenarios = strings.Split(scenarios, ",")
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sum, err := chaos.Run(ctx, cfg, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgq-chaos:", err)
+	}
+	fmt.Println(sum.Line())
+	if err != nil || !sum.OK() {
+		os.Exit(1)
+	}
+}

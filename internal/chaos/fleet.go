@@ -1,0 +1,249 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// topicSpec is one topic of a run with its groups and their workers.
+type topicSpec struct {
+	name     string
+	create   string // extra create_topic arguments
+	groups   []groupSpec
+	isQueue  bool
+	complete string // "", "offset" or "reference" (for the report)
+}
+
+type groupSpec struct {
+	name    string // "" for the queue's implicit group
+	workers []string
+}
+
+func (g groupSpec) label() string {
+	if g.name == "" {
+		return "queue"
+	}
+	return g.name
+}
+
+// soakTopics is the soak's topology: a queue with competing consumers (one
+// of them a relay that publishes in its read transaction), an
+// offset-mode pubsub topic with three groups of two members, a
+// reference-mode pubsub topic with two groups; SQL workers and both kinds of
+// client-package workers.
+func soakTopics(cfg Config) []topicSpec {
+	first := kindRelay
+	if cfg.NoRelay {
+		first = kindSQL
+	}
+	common := `max_attempts => 1000, partition_interval => '1 minute', retention => '1 minute'`
+	return []topicSpec{
+		{name: "chaos.queue", create: common, isQueue: true, complete: "queue",
+			groups: []groupSpec{{workers: []string{first, kindSQL, kindClient}}}},
+		{name: "chaos.offset", create: `semantics => 'pubsub', ` + common, complete: "offset",
+			groups: []groupSpec{
+				{name: "o1", workers: []string{kindSQL, kindSQL}},
+				{name: "o2", workers: []string{kindClient, kindClientTx}},
+				{name: "o3", workers: []string{kindSQL, kindClient}},
+			}},
+		{name: "chaos.ref", create: `semantics => 'pubsub', completion => 'reference', ` + common, complete: "reference",
+			groups: []groupSpec{
+				{name: "r1", workers: []string{kindSQL, kindClientTx}},
+				{name: "r2", workers: []string{kindSQL}},
+			}},
+	}
+}
+
+// fleet is everything that runs against one database: topics, producers,
+// workers and two schedulers.
+type fleet struct {
+	cfg     Config
+	url     string // clients' URL (may be multi-host)
+	adminDB string // for setup and faults
+	dbName  string
+	topics  []topicSpec
+	sup     *supervisor
+	workers []*proc
+	scheds  []*proc
+	prod    *producers
+}
+
+func (f *fleet) setup(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, f.adminDB)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	for _, t := range f.topics {
+		if _, err := conn.Exec(ctx, fmt.Sprintf(`SELECT fanout.create_topic($1, %s)`, t.create), t.name); err != nil {
+			return fmt.Errorf("create_topic %s: %w", t.name, err)
+		}
+		for _, g := range t.groups {
+			if g.name == "" {
+				continue
+			}
+			if _, err := conn.Exec(ctx, `SELECT * FROM fanout.subscribe($1, $2, heartbeat_timeout => '10 minutes')`,
+				t.name, g.name); err != nil {
+				return fmt.Errorf("subscribe %s/%s: %w", t.name, g.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (f *fleet) startWorkers() error {
+	for _, t := range f.topics {
+		for _, g := range t.groups {
+			for i, kind := range g.workers {
+				name := fmt.Sprintf("%s-%s-%d", strings.TrimPrefix(t.name, "chaos."), g.label(), i+1)
+				late := 0
+				if kind == kindSQL {
+					late = f.cfg.LateAcks
+				}
+				spec, _ := json.Marshal(workerSpec{Name: name, Kind: kind, URL: f.url, Topic: t.name, Group: g.name,
+					Page: f.cfg.PageSize, Lease: f.cfg.Lease, LateAcks: late, RunDir: f.cfg.RunDir})
+				p := &proc{name: name, exe: f.cfg.Exe, env: []string{WorkerEnv + "=" + string(spec)}}
+				if err := f.sup.add(p); err != nil {
+					return err
+				}
+				f.workers = append(f.workers, p)
+			}
+		}
+	}
+	return nil
+}
+
+// startSchedulers starts n pgq-scheduler run copies (one becomes leader).
+func (f *fleet) startSchedulers(n int) error {
+	for i := range n {
+		name := fmt.Sprintf("sched-%d", i+1)
+		p := &proc{name: name, exe: f.cfg.SchedulerBin, args: []string{"run", "--database-url", f.url, "--listen", "",
+			"--leader-id", name, "--leader-ttl", "3s", "--default-schedule", "@every 2s", "--jitter", "0",
+			"--job-timeout", "20s", "--log-level", "warn"}}
+		if err := f.sup.add(p); err != nil {
+			return err
+		}
+		f.scheds = append(f.scheds, p)
+	}
+	return nil
+}
+
+func (f *fleet) startProducers(ctx context.Context) error {
+	names := make([]string, len(f.topics))
+	for i, t := range f.topics {
+		names[i] = t.name
+	}
+	f.prod = &producers{url: f.url, topics: names, rate: f.cfg.Rate, n: f.cfg.Producers,
+		rollback: f.cfg.RollbackPercent, runDir: f.cfg.RunDir, log: f.cfg.Logger}
+	return f.prod.start(ctx)
+}
+
+// faultCounts are the faults actually injected.
+type faultCounts struct {
+	Restarts, Terminated, KilledMidPage, KilledOther, LeaderKills int
+}
+
+// terminate runs pg_terminate_backend on up to n random consumer backends.
+func (f *fleet) terminate(ctx context.Context, n int) (int, error) {
+	conn, err := pgx.Connect(ctx, f.adminDB)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	var k int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM (
+		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = $1 AND application_name LIKE 'chaos-w-%' ORDER BY random() LIMIT $2) t`,
+		f.dbName, n).Scan(&k)
+	return k, err
+}
+
+// killWorker arms a random worker to SIGKILL itself mid-page (SIGUSR1) and
+// SIGKILLs it from outside if it did not within 3 s (an idle worker).
+func (f *fleet) killWorker(fc *faultCounts) {
+	p := f.workers[rand.IntN(len(f.workers))]
+	if p.pid() == 0 {
+		return
+	}
+	_, exited := p.kill(syscall.SIGUSR1)
+	select {
+	case <-exited:
+		fc.KilledMidPage++
+		f.cfg.Logger.Info("worker SIGKILLed itself mid-page", "worker", p.name)
+	case <-time.After(3 * time.Second):
+		p.kill(syscall.SIGKILL)
+		fc.KilledOther++
+		f.cfg.Logger.Info("worker SIGKILLed (no page in hand)", "worker", p.name)
+	}
+}
+
+// killLeader SIGKILLs the scheduler copy that holds fanout.leader.
+func (f *fleet) killLeader(ctx context.Context, fc *faultCounts) error {
+	conn, err := pgx.Connect(ctx, f.adminDB)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	var id string
+	if err := conn.QueryRow(ctx, `SELECT leader_id FROM fanout.leader WHERE name = 'pgq-scheduler' AND expires_at > now()`).
+		Scan(&id); err != nil {
+		return fmt.Errorf("no leader: %w", err)
+	}
+	for _, p := range f.scheds {
+		if p.name == id && p.pid() != 0 {
+			p.kill(syscall.SIGKILL)
+			fc.LeaderKills++
+			f.cfg.Logger.Info("scheduler leader SIGKILLed", "leader", id)
+			return nil
+		}
+	}
+	return fmt.Errorf("leader %q is none of ours", id)
+}
+
+// drain waits until every group of the run has nothing unread, in flight or
+// waiting for a retry (twice in a row).
+func (f *fleet) drain(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(f.cfg.DrainTimeout)
+	clean := 0
+	var last string
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(min(f.cfg.Lease/2, 500*time.Millisecond)):
+		}
+		conn, err := pgx.Connect(ctx, f.adminDB)
+		if err != nil {
+			continue
+		}
+		var busy int
+		err = conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE lag_messages > 0 OR in_flight > 0 OR retry_pending > 0)
+			FROM fanout.groups`).Scan(&busy)
+		if err == nil {
+			_ = conn.QueryRow(ctx, `SELECT string_agg(format('%s/%s lag %s in_flight %s retry %s', topic,
+				coalesce(group_name, 'queue'), lag_messages, in_flight, retry_pending), '; ')
+				FROM fanout.groups WHERE lag_messages > 0 OR in_flight > 0 OR retry_pending > 0`).Scan(&last)
+		}
+		conn.Close(ctx)
+		if err != nil {
+			continue
+		}
+		if busy == 0 {
+			clean++
+			if clean >= 2 {
+				return time.Since(start), nil
+			}
+		} else {
+			clean = 0
+		}
+	}
+	return time.Since(start), fmt.Errorf("groups not drained within %s: %s", f.cfg.DrainTimeout, last)
+}

@@ -1,0 +1,169 @@
+package chaos
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Record files are append-only text, one tab-separated record per line,
+// each line written with a single write(2). A process killed with SIGKILL
+// keeps everything it wrote (the page cache outlives the process); a server
+// crash does not touch them. A torn last line is ignored by the reader.
+//
+// Producer lines:
+//
+//	B txn topic n   before BEGIN: txn will publish keys txn.0 … txn.(n-1)
+//	C txn nanos     COMMIT returned success (at unix nanos)
+//	R txn           deliberately rolled back
+//	U txn error     the outcome is unknown (the commit or an earlier statement failed);
+//	                the verifier asks the ledger table chaos.txn
+//
+// Consumer lines:
+//
+//	D group topic message_id key attempt lease_id consumer   delivered (before the ack)
+//	A lease_id ok|<sqlstate or error>[ late]                  fanout.ack(lease_id) returned (SQL workers;
+//	                                                          late: sent after the lease expired)
+//	K worker                                                  about to SIGKILL itself mid-page
+type recorder struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+func newRecorder(path string) (*recorder, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: record file: %w", err)
+	}
+	return &recorder{f: f}, nil
+}
+
+// write appends lines (each without its newline) in one write(2).
+func (r *recorder) write(lines ...string) error {
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, err := r.f.WriteString(b.String())
+	return err
+}
+
+func (r *recorder) Close() error { return r.f.Close() }
+
+func line(fields ...any) string {
+	s := make([]string, len(fields))
+	for i, f := range fields {
+		s[i] = strings.NewReplacer("\t", " ", "\n", " ").Replace(fmt.Sprint(f))
+	}
+	return strings.Join(s, "\t")
+}
+
+// delivery is one D line.
+type delivery struct {
+	group, topic string
+	msgID        int64
+	key          string
+	attempt      int
+	leaseID      int64
+	consumer     string
+}
+
+// txnRec is what the producer files say about one transaction.
+type txnRec struct {
+	topic   string
+	n       int
+	outcome byte  // 'C', 'R', 'U' or 0 (only B: the producer stopped or died)
+	at      int64 // C: unix nanos when COMMIT returned
+}
+
+type records struct {
+	txns       map[string]*txnRec
+	deliveries []delivery
+	acks       map[int64]string // lease → "ok" or the error (SQL workers)
+	torn       int
+	selfKills  int // workers that SIGKILLed themselves mid-page
+	lateAcks   int // acks sent after the lease expired ...
+	lateAcksOK int // ... of which succeeded (nobody had taken the page)
+}
+
+func readRecords(dir string) (*records, error) {
+	rs := &records{txns: map[string]*txnRec{}, acks: map[int64]string{}}
+	files, err := filepath.Glob(filepath.Join(dir, "*.rec"))
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range files {
+		if err := rs.readFile(name); err != nil {
+			return nil, err
+		}
+	}
+	return rs, nil
+}
+
+func (rs *records) readFile(name string) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		fs := strings.Split(sc.Text(), "\t")
+		bad := func() { rs.torn++ }
+		switch {
+		case fs[0] == "B" && len(fs) == 4:
+			n, err := strconv.Atoi(fs[3])
+			if err != nil {
+				bad()
+				continue
+			}
+			rs.txns[fs[1]] = &txnRec{topic: fs[2], n: n}
+		case (fs[0] == "C" || fs[0] == "R" || fs[0] == "U") && len(fs) >= 2:
+			if t := rs.txns[fs[1]]; t != nil {
+				t.outcome = fs[0][0]
+				if t.outcome == 'C' && len(fs) == 3 {
+					t.at, _ = strconv.ParseInt(fs[2], 10, 64)
+				}
+			} else {
+				bad()
+			}
+		case fs[0] == "D" && len(fs) == 8:
+			id, e1 := strconv.ParseInt(fs[3], 10, 64)
+			att, e2 := strconv.Atoi(fs[5])
+			lease, e3 := strconv.ParseInt(fs[6], 10, 64)
+			if e1 != nil || e2 != nil || e3 != nil {
+				bad()
+				continue
+			}
+			rs.deliveries = append(rs.deliveries, delivery{group: fs[1], topic: fs[2], msgID: id, key: fs[4],
+				attempt: att, leaseID: lease, consumer: fs[7]})
+		case fs[0] == "A" && len(fs) == 3:
+			lease, err := strconv.ParseInt(fs[1], 10, 64)
+			if err != nil {
+				bad()
+				continue
+			}
+			outcome, late := strings.CutSuffix(fs[2], " late")
+			rs.acks[lease] = outcome
+			if late {
+				rs.lateAcks++
+				if outcome == "ok" {
+					rs.lateAcksOK++
+				}
+			}
+		case fs[0] == "K":
+			rs.selfKills++
+		default:
+			bad()
+		}
+	}
+	return sc.Err()
+}

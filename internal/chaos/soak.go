@@ -1,0 +1,141 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+)
+
+// fault is one scheduled fault of the soak.
+type fault struct {
+	at   time.Duration
+	kind string // restart, terminate, kill, leader
+}
+
+// schedule spreads the configured faults over the soak: restarts evenly,
+// the others evenly with their own offsets, all between 10 % and 85 % of
+// the duration so that the end of the run sees every kind recovered from.
+func schedule(cfg Config) []fault {
+	var fs []fault
+	spread := func(kind string, n int, offset float64) {
+		for i := range n {
+			frac := 0.1 + 0.75*(float64(i)+offset)/float64(n)
+			fs = append(fs, fault{at: time.Duration(frac * float64(cfg.Duration)), kind: kind})
+		}
+	}
+	spread("restart", cfg.Restarts, 0.5)
+	spread("terminate", cfg.Terminates, 0.25)
+	spread("kill", cfg.Kills, 0.1)
+	spread("leader", cfg.LeaderKills, 0.7)
+	slices.SortStableFunc(fs, func(a, b fault) int { return int(a.at - b.at) })
+	return fs
+}
+
+// runSoak is scenario 1: load, faults on a schedule, drain, verify.
+func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
+	log := cfg.Logger.With("scenario", "soak")
+	cl := &cluster{root: cfg.Root, name: cfg.Cluster, port: cfg.Port}
+	admin, err := cl.start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	const dbName = "chaos_soak"
+	dbURL, err := freshDatabase(ctx, admin, dbName)
+	if err != nil {
+		return nil, err
+	}
+	sup := &supervisor{runDir: cfg.RunDir, log: log, restartDelay: 2 * time.Second}
+	f := &fleet{cfg: cfg, url: dbURL, adminDB: dbURL, dbName: dbName, topics: soakTopics(cfg), sup: sup}
+	defer sup.stopAll(context.Background(), 10*time.Second)
+	if err := f.setup(ctx); err != nil {
+		return nil, err
+	}
+	if err := f.startSchedulers(2); err != nil {
+		return nil, err
+	}
+	if err := f.startWorkers(); err != nil {
+		return nil, err
+	}
+	if err := f.startProducers(ctx); err != nil {
+		return nil, err
+	}
+	log.Info("soak running", "duration", cfg.Duration, "rate_txn_s", cfg.Rate, "workers", len(f.workers),
+		"records", cfg.RunDir)
+	var fc faultCounts
+	start := time.Now()
+	for _, ft := range schedule(cfg) {
+		select {
+		case <-ctx.Done():
+			f.prod.stop()
+			return nil, ctx.Err()
+		case <-time.After(time.Until(start.Add(ft.at))):
+		}
+		var err error
+		switch ft.kind {
+		case "restart":
+			log.Info("fault: pg_ctl stop -m immediate")
+			if err = cl.crash(ctx); err == nil {
+				time.Sleep(2 * time.Second)
+				if _, err = cl.start(ctx); err == nil {
+					err = waitReady(ctx, dbURL, 60*time.Second)
+					fc.Restarts++
+					log.Info("fault: server restarted")
+				}
+			}
+		case "terminate":
+			var n int
+			n, err = f.terminate(ctx, 3)
+			fc.Terminated += n
+			log.Info("fault: pg_terminate_backend", "backends", n)
+		case "kill":
+			f.killWorker(&fc)
+		case "leader":
+			err = f.killLeader(ctx, &fc)
+		}
+		if err != nil {
+			if ft.kind == "restart" {
+				f.prod.stop()
+				return nil, fmt.Errorf("soak: restart: %w", err)
+			}
+			log.Warn("fault not injected", "fault", ft.kind, "error", err)
+		}
+	}
+	select {
+	case <-ctx.Done():
+		f.prod.stop()
+		return nil, ctx.Err()
+	case <-time.After(time.Until(start.Add(cfg.Duration))):
+	}
+	f.prod.stop()
+	log.Info("producers stopped; draining", "committed_txns", f.prod.committed.Load(),
+		"rolled_back", f.prod.rolledBack.Load(), "unknown", f.prod.unknown.Load(), "messages", f.prod.messages.Load())
+	took, derr := f.drain(ctx)
+	if derr != nil {
+		log.Error("drain incomplete (verifying anyway)", "error", derr)
+	} else {
+		log.Info("drained", "took", took.Round(time.Millisecond))
+	}
+	stopping := time.Now()
+	sup.stopAll(ctx, 10*time.Second)
+	log.Info("children stopped", "took", time.Since(stopping).Round(time.Millisecond))
+	v, err := verify(ctx, dbURL, cfg.RunDir, f.topics)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "\n== soak: %s, %d producer transactions/s, %d workers, 2 schedulers; drained in %s\n", cfg.Duration,
+		int(cfg.Rate), len(f.workers), took.Round(100*time.Millisecond))
+	fmt.Fprintf(out, "faults: %d immediate restarts, %d backends terminated, %d consumers SIGKILLed mid-page "+
+		"(+%d while idle), %d scheduler leaders SIGKILLed, late acks up to %d per SQL consumer; "+
+		"unplanned child exits %d\n", fc.Restarts, fc.Terminated, fc.KilledMidPage, fc.KilledOther, fc.LeaderKills,
+		cfg.LateAcks, sup.failures())
+	v.print(out)
+	if derr != nil {
+		fmt.Fprintf(out, "drain: %v\n", derr)
+	}
+	if fc.Restarts < cfg.Restarts || fc.KilledMidPage+fc.KilledOther < min(cfg.Kills, 1) {
+		return v, fmt.Errorf("soak: faults not injected as planned: %+v", fc)
+	}
+	return v, nil
+}

@@ -1,0 +1,341 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// groupResult is one row of the verifier's table.
+type groupResult struct {
+	Topic, Group  string
+	Committed     int // keys whose transaction committed
+	Delivered     int // distinct committed keys recorded by the group's consumers
+	Missing       int // committed keys never delivered (lost)
+	RolledBack    int // rolled-back keys delivered
+	Redelivered   int // server-side redeliveries (a later lease of a message)
+	Allowed       int // ... after a crash or lease expiry
+	AfterAck      int // bug: redelivered although a previous lease settled (acked) it
+	LiveLeases    int // bug: a lease taken while the previous lease of the message was live
+	BadAttempt    int // bug: attempt not previous + 1 (or the first not 1)
+	AckNotSettled int // bug: fanout.ack reported OK but the lease's messages are not settled
+	Phantom       int // bug: a recorded delivery the server has no lease for
+	// LostCommit are keys whose COMMIT returned OK but that the server does
+	// not have (a lost commit: a bug, except after an asynchronous-replication
+	// failover, where it is the measured loss window); not in Missing.
+	LostCommit int
+}
+
+func (g groupResult) bad(async bool) int {
+	n := g.AfterAck + g.LiveLeases + g.BadAttempt + g.AckNotSettled
+	if !async {
+		n += g.Phantom
+	}
+	return n
+}
+
+// verdict is the outcome of one verified run.
+type verdict struct {
+	Groups         []*groupResult
+	Txns           struct{ Committed, RolledBack, UnknownCommitted, UnknownRolledBack, CommitLost int }
+	CommitLostMsgs int // messages of transactions whose COMMIT returned OK but that the server does not have
+	// FirstLostCommit, LastLostCommit: unix nanos when the first and the
+	// last lost commit returned OK.
+	FirstLostCommit, LastLostCommit int64
+	// AsyncFailover: lost commits and deliveries whose lease the new primary
+	// never received are the measured loss window of asynchronous
+	// replication, reported but not counted as lost or bad.
+	AsyncFailover        bool
+	Consistency          []string // fanout.check_consistency() rows
+	GroupsView           string   // fanout.groups at the end
+	TornLines            int
+	SelfKills            int
+	LateAcks, LateAcksOK int
+}
+
+func (v *verdict) totals() (lost, bad, rolled int) {
+	for _, g := range v.Groups {
+		lost += g.Missing
+		if !v.AsyncFailover {
+			lost += g.LostCommit
+		}
+		bad += g.bad(v.AsyncFailover)
+		rolled += g.RolledBack
+	}
+	return lost, bad, rolled
+}
+
+type leaseRow struct {
+	id                 int64
+	group              string
+	created, expires   time.Time
+	msgs               []int64
+	attempts           []int32
+	settled, reclaimed []int64
+}
+
+// verify judges the run from the record files and the server's state.
+func verify(ctx context.Context, dbURL, runDir string, topics []topicSpec) (*verdict, error) {
+	rs, err := readRecords(runDir)
+	if err != nil {
+		return nil, fmt.Errorf("verify: records: %w", err)
+	}
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	defer conn.Close(ctx)
+	// Transaction outcomes: the producer's record, else the ledger.
+	ledger := map[string]bool{}
+	rows, err := conn.Query(ctx, `SELECT txn FROM chaos.txn`)
+	if err != nil {
+		return nil, fmt.Errorf("verify: ledger: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("verify: ledger: %w", err)
+	}
+	for _, n := range names {
+		ledger[n] = true
+	}
+	// The server's leases: the delivery history of every message.
+	rows, err = conn.Query(ctx, `SELECT l.lease_id, t.topic || '/' || coalesce(g.group_name, 'queue'), l.created_at,
+			l.expires_at, l.msg_ids, l.attempts, l.settled, l.reclaimed
+		FROM fanout.lease l JOIN fanout.consumer_group g USING (group_id) JOIN fanout.topic t USING (topic_id)
+		ORDER BY l.lease_id`)
+	if err != nil {
+		return nil, fmt.Errorf("verify: leases: %w", err)
+	}
+	leases := map[int64]*leaseRow{}
+	var l leaseRow
+	_, err = pgx.ForEachRow(rows, []any{&l.id, &l.group, &l.created, &l.expires, &l.msgs, &l.attempts, &l.settled,
+		&l.reclaimed}, func() error {
+		c := l
+		leases[c.id] = &c
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("verify: leases: %w", err)
+	}
+
+	v := judge(rs, ledger, leases, topics)
+
+	rows, err = conn.Query(ctx, `SELECT format('%s %s %s %s: %s', topic, coalesce(group_name, '-'), message_id, status, problem)
+		FROM fanout.check_consistency()`)
+	if err != nil {
+		return nil, fmt.Errorf("verify: check_consistency: %w", err)
+	}
+	if v.Consistency, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return nil, fmt.Errorf("verify: check_consistency: %w", err)
+	}
+	rows, err = conn.Query(ctx, `SELECT topic, coalesce(group_name, '(queue)'), status, lag_messages, in_flight,
+		retry_pending, dead_letters, lost_messages, delivered FROM fanout.groups ORDER BY topic, group_name`)
+	if err != nil {
+		return nil, fmt.Errorf("verify: groups: %w", err)
+	}
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "topic\tgroup\tstatus\tlag\tin_flight\tretry\tdead_letters\tlost\tdelivered")
+	var vals [9]any
+	var s [3]string
+	var n [6]int64
+	vals = [9]any{&s[0], &s[1], &s[2], &n[0], &n[1], &n[2], &n[3], &n[4], &n[5]}
+	if _, err := pgx.ForEachRow(rows, vals[:], func() error {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", s[0], s[1], s[2], n[0], n[1], n[2], n[3], n[4], n[5])
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("verify: groups: %w", err)
+	}
+	tw.Flush()
+	v.GroupsView = b.String()
+	return v, nil
+}
+
+// judge classifies a run: rs from the record files, ledger the rows of
+// chaos.txn, leases every fanout.lease row by id (group as "topic/group").
+// Per group and message, the server's leases in id order are its delivery
+// history; each later lease is a redelivery, allowed only when the previous
+// lease had expired and not settled the message and the attempt grew by one.
+func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topics []topicSpec) *verdict {
+	v := &verdict{TornLines: rs.torn, SelfKills: rs.selfKills, LateAcks: rs.lateAcks, LateAcksOK: rs.lateAcksOK}
+	type gm struct {
+		group string
+		msg   int64
+	}
+	history := map[gm][]*leaseRow{}
+	ids := make([]int64, 0, len(leases))
+	for id := range leases {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		l := leases[id]
+		for _, m := range l.msgs {
+			history[gm{l.group, m}] = append(history[gm{l.group, m}], l)
+		}
+	}
+	committedKeys := map[string]map[string]bool{} // topic → keys
+	lostCommit := map[string]bool{}
+	rolledKeys := map[string]bool{}
+	for txn, t := range rs.txns {
+		committed := false
+		switch {
+		case t.outcome == 'C':
+			committed = true
+			v.Txns.Committed++
+			if !ledger[txn] {
+				v.Txns.CommitLost++ // COMMIT returned OK, the server does not have it
+				v.CommitLostMsgs += t.n
+				for j := range t.n {
+					lostCommit[fmt.Sprintf("%s.%d", txn, j)] = true
+				}
+				if v.FirstLostCommit == 0 || t.at < v.FirstLostCommit {
+					v.FirstLostCommit = t.at
+				}
+				v.LastLostCommit = max(v.LastLostCommit, t.at)
+			}
+		case t.outcome == 'R':
+			v.Txns.RolledBack++
+		case ledger[txn]:
+			committed = true
+			v.Txns.UnknownCommitted++
+		default:
+			v.Txns.UnknownRolledBack++
+		}
+		for j := range t.n {
+			k := fmt.Sprintf("%s.%d", txn, j)
+			if committed {
+				if committedKeys[t.topic] == nil {
+					committedKeys[t.topic] = map[string]bool{}
+				}
+				committedKeys[t.topic][k] = true
+			} else {
+				rolledKeys[k] = true
+			}
+		}
+	}
+
+	byGroup := map[string]*groupResult{}
+	for _, t := range topics {
+		for _, g := range t.groups {
+			r := &groupResult{Topic: t.name, Group: g.label(), Committed: len(committedKeys[t.name])}
+			v.Groups = append(v.Groups, r)
+			byGroup[t.name+"/"+g.label()] = r
+		}
+	}
+	seen := map[string]map[string]bool{}
+	for _, d := range rs.deliveries {
+		gk := d.topic + "/" + d.group
+		r := byGroup[gk]
+		if r == nil {
+			continue
+		}
+		if seen[gk] == nil {
+			seen[gk] = map[string]bool{}
+		}
+		if rolledKeys[d.key] && !seen[gk][d.key] {
+			r.RolledBack++
+		}
+		seen[gk][d.key] = true
+		lr := leases[d.leaseID]
+		if lr == nil || lr.group != gk {
+			r.Phantom++
+			continue
+		}
+		i := slices.Index(lr.msgs, d.msgID)
+		if i < 0 || int(lr.attempts[i]) != d.attempt {
+			r.Phantom++
+		}
+	}
+	for gk, r := range byGroup {
+		topic := r.Topic
+		for k := range committedKeys[topic] {
+			switch {
+			case seen[gk][k]:
+				r.Delivered++
+			case lostCommit[k]:
+				r.LostCommit++
+			default:
+				r.Missing++
+			}
+		}
+	}
+	for key, hist := range history {
+		r := byGroup[key.group]
+		if r == nil {
+			continue
+		}
+		if hist[0].attempts[slices.Index(hist[0].msgs, key.msg)] != 1 {
+			r.BadAttempt++
+		}
+		for i := 1; i < len(hist); i++ {
+			prev, next := hist[i-1], hist[i]
+			r.Redelivered++
+			pa := prev.attempts[slices.Index(prev.msgs, key.msg)]
+			na := next.attempts[slices.Index(next.msgs, key.msg)]
+			switch {
+			case slices.Contains(prev.settled, key.msg):
+				r.AfterAck++
+			case next.created.Before(prev.expires):
+				r.LiveLeases++
+			case na != pa+1:
+				r.BadAttempt++
+			default:
+				r.Allowed++
+			}
+		}
+	}
+	// Acks the SQL workers saw succeed must have settled their whole lease.
+	for id, outcome := range rs.acks {
+		if outcome != "ok" {
+			continue
+		}
+		lr := leases[id]
+		if lr == nil {
+			continue // not one of ours (cannot happen: leases live an hour)
+		}
+		for _, m := range lr.msgs {
+			if !slices.Contains(lr.settled, m) {
+				if r := byGroup[lr.group]; r != nil {
+					r.AckNotSettled++
+				}
+			}
+		}
+	}
+
+	return v
+}
+
+// print writes the per-group table and the server-side checks.
+func (v *verdict) print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "topic/group\tcommitted\tdelivered\tmissing\trolled-back-delivered\tredelivered\tallowed\t"+
+		"after-ack\ttwo-live-leases\tbad-attempt\tack-not-settled\tphantom\tlost-commit\t")
+	for _, g := range v.Groups {
+		fmt.Fprintf(tw, "%s/%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", g.Topic, g.Group, g.Committed,
+			g.Delivered, g.Missing, g.RolledBack, g.Redelivered, g.Allowed, g.AfterAck, g.LiveLeases, g.BadAttempt,
+			g.AckNotSettled, g.Phantom, g.LostCommit)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "transactions: %d committed, %d rolled back, unknown outcome (commit interrupted) settled by the ledger: "+
+		"%d committed, %d rolled back; COMMIT returned OK but missing on the server: %d (%d messages)\n",
+		v.Txns.Committed, v.Txns.RolledBack, v.Txns.UnknownCommitted, v.Txns.UnknownRolledBack, v.Txns.CommitLost,
+		v.CommitLostMsgs)
+	fmt.Fprintf(w, "acks after lease expiry: %d (%d succeeded: nobody had taken the page; %d fenced)\n", v.LateAcks,
+		v.LateAcksOK, v.LateAcks-v.LateAcksOK)
+	if v.TornLines > 0 {
+		fmt.Fprintf(w, "record lines torn by a SIGKILL (ignored): %d\n", v.TornLines)
+	}
+	if len(v.Consistency) == 0 {
+		fmt.Fprintln(w, "fanout.check_consistency(): no rows")
+	} else {
+		fmt.Fprintf(w, "fanout.check_consistency(): %d rows\n  %s\n", len(v.Consistency), strings.Join(v.Consistency, "\n  "))
+	}
+	fmt.Fprintf(w, "fanout.groups:\n%s", v.GroupsView)
+}

@@ -1,0 +1,338 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfanout/pgq/client"
+)
+
+// WorkerEnv is the environment variable that turns the chaos executable into
+// a consumer worker; it holds the worker's spec as JSON.
+const WorkerEnv = "PGQ_CHAOS_WORKER"
+
+// Worker kinds.
+const (
+	kindSQL      = "sql"       // hand-written: fanout.read, record, fanout.ack
+	kindClient   = "client"    // client.NewConsumer (page acks, pipelined with the next read)
+	kindClientTx = "client-tx" // client.NewTxConsumer (one transaction per message, ack inside)
+	// kindRelay is a hand-written consumer of a queue that also publishes to
+	// that queue in the transaction of its read: alternately read-then-publish
+	// and publish-then-read (consume-transform-produce). It publishes only
+	// while it sees producer keys, so the derived keys die out in the drain.
+	kindRelay = "relay"
+)
+
+// workerSpec is one consumer process.
+type workerSpec struct {
+	Name     string        `json:"name"`
+	Kind     string        `json:"kind"`
+	URL      string        `json:"url"`
+	Topic    string        `json:"topic"`
+	Group    string        `json:"group"` // "" on the queue topic
+	Page     int           `json:"page"`
+	Lease    time.Duration `json:"lease"`
+	LateAcks int           `json:"late_acks"` // SQL workers: pages acked only after the lease expired
+	RunDir   string        `json:"run_dir"`
+}
+
+func (s workerSpec) groupLabel() string {
+	if s.Group == "" {
+		return "queue"
+	}
+	return s.Group
+}
+
+// IsWorker reports whether this process was started as a chaos worker.
+func IsWorker() bool { return os.Getenv(WorkerEnv) != "" }
+
+// WorkerMain runs the worker described by PGQ_CHAOS_WORKER and exits.
+// SIGTERM stops it gracefully; SIGUSR1 arms a SIGKILL of itself at the next
+// point where it holds a page that it recorded but did not ack (mid-page).
+func WorkerMain() {
+	var spec workerSpec
+	if err := json.Unmarshal([]byte(os.Getenv(WorkerEnv)), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos worker: bad spec:", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("prefix", "chaos worker", "worker", spec.Name)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	w := &worker{spec: spec, log: log}
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			w.armed.Store(true)
+		}
+	}()
+	if err := w.run(ctx); err != nil {
+		log.Error("worker failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+type worker struct {
+	spec  workerSpec
+	log   *slog.Logger
+	rec   *recorder
+	armed atomic.Bool
+}
+
+// midPage is called while the worker holds a recorded, un-acked page.
+func (w *worker) midPage() {
+	if w.armed.Load() {
+		_ = w.rec.write(line("K", w.spec.Name))
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		time.Sleep(time.Minute)
+	}
+}
+
+func (w *worker) run(ctx context.Context) error {
+	var err error
+	w.rec, err = newRecorder(filepath.Join(w.spec.RunDir, fmt.Sprintf("w-%s-%d.rec", w.spec.Name, os.Getpid())))
+	if err != nil {
+		return err
+	}
+	defer w.rec.Close()
+	consumer := fmt.Sprintf("%s-%d", w.spec.Name, os.Getpid())
+	switch w.spec.Kind {
+	case kindSQL, kindRelay:
+		return w.runSQL(ctx, consumer)
+	case kindClient, kindClientTx:
+		return w.runClient(ctx, consumer)
+	}
+	return fmt.Errorf("unknown worker kind %q", w.spec.Kind)
+}
+
+func (w *worker) connConfig() (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(w.spec.URL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnectTimeout = 3 * time.Second
+	cfg.RuntimeParams["application_name"] = "chaos-w-" + w.spec.Name
+	return cfg, nil
+}
+
+func (w *worker) deliveryLine(id int64, payload []byte, attempt int, lease int64, consumer string) string {
+	var p struct {
+		K string `json:"k"`
+	}
+	_ = json.Unmarshal(payload, &p)
+	return line("D", w.spec.groupLabel(), w.spec.Topic, id, p.K, attempt, lease, consumer)
+}
+
+// runSQL is the hand-written consumer: read a page in its own transaction,
+// record it, ack it (sometimes only after the lease expired), record the
+// ack's outcome.
+func (w *worker) runSQL(ctx context.Context, consumer string) error {
+	cfg, err := w.connConfig()
+	if err != nil {
+		return err
+	}
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}()
+	var group any
+	if w.spec.Group != "" {
+		group = w.spec.Group
+	}
+	lateLeft, pages := w.spec.LateAcks, 0
+	relay, relayOn, seq := w.spec.Kind == kindRelay, false, 0
+	backoff := 100 * time.Millisecond
+	sleep := func(d time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	for ctx.Err() == nil {
+		if conn == nil {
+			if conn, err = pgx.ConnectConfig(ctx, cfg); err != nil {
+				conn = nil
+				w.log.Warn("connect failed", "error", err)
+				sleep(backoff)
+				backoff = min(2*backoff, 2*time.Second)
+				continue
+			}
+		}
+		// Not ctx: a page is finished even when asked to stop.
+		bg := context.Background()
+		type row struct {
+			lease, id int64
+			payload   []byte
+			attempt   int
+		}
+		var page []row
+		var q interface {
+			Query(context.Context, string, ...any) (pgx.Rows, error)
+			Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+		} = conn
+		var tx pgx.Tx
+		txn, publishFirst := "", false
+		publish := func() error {
+			if _, err := tx.Exec(bg, `INSERT INTO chaos.txn VALUES ($1)`, txn); err != nil {
+				return err
+			}
+			_, err := tx.Exec(bg, `SELECT fanout.publish($1, jsonb_build_object('k', $2::text))`, w.spec.Topic, txn+".0")
+			return err
+		}
+		if relay && relayOn {
+			seq++
+			txn, publishFirst = fmt.Sprintf("r-%s-%d-%d", w.spec.Name, os.Getpid(), seq), seq%2 == 0
+			if err := w.rec.write(line("B", txn, w.spec.Topic, 1)); err != nil {
+				return err
+			}
+			if tx, err = conn.Begin(bg); err == nil && publishFirst {
+				err = publish()
+			}
+			q = tx
+		}
+		if err == nil {
+			var rows pgx.Rows
+			rows, err = q.Query(bg, `SELECT lease_id, message_id, payload, attempt
+				FROM fanout.read($1::text, $2::text, $3::text, $4::int, $5::interval)`,
+				w.spec.Topic, group, consumer, w.spec.Page, w.spec.Lease.String())
+			if err == nil {
+				page, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+					var x row
+					return x, r.Scan(&x.lease, &x.id, &x.payload, &x.attempt)
+				})
+			}
+		}
+		if tx != nil {
+			if err == nil && !publishFirst {
+				err = publish()
+			}
+			if err == nil {
+				err = tx.Commit(bg)
+			}
+			if err != nil {
+				_ = tx.Rollback(bg)
+				_ = w.rec.write(line("U", txn, err))
+			} else if err = w.rec.write(line("C", txn, time.Now().UnixNano())); err != nil {
+				return err
+			}
+		}
+		if relay {
+			// Relay only while producer keys come by.
+			relayOn = false
+			for _, m := range page {
+				relayOn = relayOn || !bytes.Contains(m.payload, []byte(`"r-`))
+			}
+		}
+		if err != nil {
+			w.log.Warn("read failed", "error", err)
+			conn.Close(bg)
+			conn = nil
+			sleep(backoff)
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if len(page) == 0 {
+			sleep(time.Duration(50+rand.IntN(100)) * time.Millisecond)
+			continue
+		}
+		lines := make([]string, len(page))
+		for i, m := range page {
+			lines[i] = w.deliveryLine(m.id, m.payload, m.attempt, m.lease, consumer)
+		}
+		if err := w.rec.write(lines...); err != nil {
+			return err
+		}
+		w.midPage()
+		pages++
+		late := lateLeft > 0 && (pages == 5 || rand.IntN(40) == 0)
+		if late {
+			lateLeft--
+			time.Sleep(w.spec.Lease + 500*time.Millisecond) // ack after the lease expired
+		} else {
+			time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond) // "work"
+		}
+		lease := page[0].lease
+		_, err = conn.Exec(bg, `SELECT fanout.ack($1::bigint, NULL::bigint[])`, lease)
+		outcome := "ok"
+		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) {
+				outcome = pe.Code
+			} else {
+				outcome = "error: " + err.Error()
+				conn.Close(bg)
+				conn = nil
+			}
+		}
+		if late {
+			outcome += " late"
+		}
+		if err := w.rec.write(line("A", lease, outcome)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runClient consumes with the client package.
+func (w *worker) runClient(ctx context.Context, consumer string) error {
+	cc, err := w.connConfig()
+	if err != nil {
+		return err
+	}
+	pcfg, err := pgxpool.ParseConfig(w.spec.URL)
+	if err != nil {
+		return err
+	}
+	pcfg.ConnConfig = cc
+	pcfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	cfg := client.Config{Topic: w.spec.Topic, Group: w.spec.Group, Consumer: consumer, MaxMessages: w.spec.Page,
+		Lease: w.spec.Lease, PollInterval: 200 * time.Millisecond, MaxErrorBackoff: 2 * time.Second,
+		Logger: w.log}
+	record := func(d *client.Delivery) error {
+		if err := w.rec.write(w.deliveryLine(d.ID, d.Payload, d.Attempt, d.LeaseID, consumer)); err != nil {
+			return err
+		}
+		w.midPage()
+		return nil
+	}
+	var c *client.Consumer
+	if w.spec.Kind == kindClientTx {
+		c, err = client.NewTxConsumer(pool, cfg, func(ctx context.Context, tx pgx.Tx, d *client.Delivery) error {
+			return record(d)
+		})
+	} else {
+		c, err = client.NewConsumer(pool, cfg, func(ctx context.Context, d *client.Delivery) error {
+			return record(d)
+		})
+	}
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
+}
