@@ -60,11 +60,7 @@ func TestChaosShort(t *testing.T) {
 		Duration: 60 * time.Second, DrainTimeout: 60 * time.Second, Rate: 30, Producers: 2,
 		Restarts: 1, Terminates: 3, Kills: 2, LeaderKills: 1, LateAcks: 1,
 		LongTx: 8 * time.Second, DeadGroupRounds: 8,
-		// The relay (read and publish in one transaction) loses a message
-		// now and then until the read-then-publish fix lands (issue 15's
-		// companion issue); make chaos runs it.
-		NoRelay: true,
-		Logger:  slog.New(slog.NewTextHandler(logs, nil)),
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
 	}
 	side := cfg
 	side.Cluster, side.Port = "chaos-ci-side", cfg.Port+1
