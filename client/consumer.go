@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -255,13 +254,12 @@ func (c *Consumer) Stats() Stats {
 const (
 	sqlRead = `SELECT lease_id, message_id, payload, headers, message_group, published_at, attempt
 	           FROM fanout.read($1::text, $2::text, $3::text, $4::int, $5::interval)`
-	sqlAckAll                 = `SELECT fanout.ack($1::bigint, NULL::bigint[])`
-	sqlAckIDs                 = `SELECT fanout.ack($1::bigint, $2::bigint[])`
-	sqlNack                   = `SELECT fanout.nack($1::bigint, $2::bigint[], $3::interval, $4::text)`
-	sqlExtend                 = `SELECT fanout.extend_lease($1::bigint, $2::interval)`
-	sqlHeart                  = `SELECT fanout.heartbeat($1::text, $2::text, $3::text)::text`
-	sqlChannel                = `SELECT channel, notify FROM fanout.topics WHERE topic = $1`
-	sqlstateUndefinedFunction = "42883"
+	sqlAckAll  = `SELECT fanout.ack($1::bigint, NULL::bigint[])`
+	sqlAckIDs  = `SELECT fanout.ack($1::bigint, $2::bigint[])`
+	sqlNack    = `SELECT fanout.nack($1::bigint, $2::bigint[], $3::interval, $4::text)`
+	sqlExtend  = `SELECT fanout.extend_lease($1::bigint, $2::interval)`
+	sqlHeart   = `SELECT fanout.heartbeat($1::text, $2::text, $3::text)::text`
+	sqlChannel = `SELECT channel, notify FROM fanout.topics WHERE topic = $1`
 )
 
 // Run consumes until ctx is cancelled (then it finishes the in-flight page
@@ -473,11 +471,11 @@ func (c *Consumer) heartbeatLoop(ctx context.Context, fatal chan<- error) {
 			}
 		case ctx.Err() != nil:
 			return
-		case sqlstate(err) == sqlstateUndefinedFunction:
+		case SQLState(err) == CodeUndefinedFunction:
 			c.cfg.Logger.Info("pgq client: the server has no fanout.heartbeat; heartbeats are off",
 				"topic", c.cfg.Topic)
 			return
-		case sqlstate(err) == "PGQ16":
+		case SQLState(err) == CodeGroupCancelled:
 			fatal <- fmt.Errorf("%w: %w", ErrGroupCancelled, err)
 			return
 		default:
@@ -676,10 +674,14 @@ func (c *Consumer) handleTx(ctx context.Context, d *Delivery) {
 		c.nack(ctx, d.LeaseID, d.ID, he.err)
 		return
 	}
-	// The ack or the commit failed (e.g. fenced: the lease expired and the
-	// message went to another consumer). Everything rolled back; the message
+	// The ack or the commit failed. Everything rolled back; the message
 	// comes back after the lease or is already with its new holder.
 	c.errs.Add(1)
+	if IsFenced(err) {
+		c.cfg.Logger.Warn("pgq client: fenced: the lease expired and the message went to another consumer; "+
+			"the transaction rolled back", "lease_id", d.LeaseID, "message_id", d.ID, "error", err)
+		return
+	}
 	c.cfg.Logger.Warn("pgq client: transaction with ack failed; rolled back", "lease_id", d.LeaseID,
 		"message_id", d.ID, "error", err)
 }
@@ -692,8 +694,16 @@ func (e *handlerError) Unwrap() error { return e.err }
 func (c *Consumer) settle(ctx context.Context, sql string, args ...any) bool {
 	if _, err := c.pool.Exec(ctx, sql, args...); err != nil {
 		c.errs.Add(1)
-		c.cfg.Logger.Warn("pgq client: ack failed; the messages come back after the lease",
-			"lease_id", args[0], "error", err)
+		switch {
+		case IsFenced(err):
+			c.cfg.Logger.Warn("pgq client: ack fenced: the lease expired and its messages went to another consumer",
+				"lease_id", args[0], "error", err)
+		case IsNotFound(err):
+			c.cfg.Logger.Warn("pgq client: ack of a lease the server no longer has", "lease_id", args[0], "error", err)
+		default:
+			c.cfg.Logger.Warn("pgq client: ack failed; the messages come back after the lease",
+				"lease_id", args[0], "error", err)
+		}
 		return false
 	}
 	return true
@@ -727,20 +737,12 @@ func isFatal(err error) bool {
 
 // classify wraps errors that retrying cannot fix.
 func classify(err error) error {
-	switch sqlstate(err) {
-	case "PGQ16":
+	switch SQLState(err) {
+	case CodeGroupCancelled:
 		return fmt.Errorf("%w: %w", ErrGroupCancelled, err)
-	case "PGQ01", "PGQ03", "PGQ04", "PGQ09", "PGQ13", "PGQ14",
-		sqlstateUndefinedFunction, "42501", "3F000": // no such function, no privilege, no schema
+	case CodeTopicNotFound, CodeInvalidArgument, CodeInvalidName, CodeReadCommitted, CodeGroupRequired,
+		CodeGroupNotFound, CodeUndefinedFunction, CodeInsufficientPrivilege, CodeInvalidSchemaName:
 		return &fatalError{err}
 	}
 	return err
-}
-
-func sqlstate(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code
-	}
-	return ""
 }
