@@ -407,6 +407,11 @@ func TestCompetingConsumersShareTheQueue(t *testing.T) {
 	}
 	col.wait(t, n, 60*time.Second)
 	require.Equal(t, want, col.ids(), "each message exactly once")
+	var delivered int64
+	for _, c := range cs {
+		delivered += c.Stats().Delivered
+	}
+	require.EqualValues(t, n, delivered, "the consumers' counters add up")
 }
 
 func TestRunFailsFastOnUnknownTopic(t *testing.T) {
