@@ -4,6 +4,11 @@
 #   scripts/devdb.sh start NAME PORT   start (or reuse) cluster NAME on 127.0.0.1:PORT; prints its URL
 #   scripts/devdb.sh stop NAME         stop cluster NAME (data is kept until `make clean`)
 #   scripts/devdb.sh url NAME PORT     print the URL without starting anything
+#   scripts/devdb.sh reset NAME        stop cluster NAME and delete its data
+#
+# DEVDB_OPTS adds server options when a cluster starts (e.g.
+# "-c shared_preload_libraries=pg_cron"). Cluster `test` runs with fsync off
+# (throwaway data); every other cluster is durable (fsync on).
 #
 # Data lives under .pgq-dev/NAME in the checkout (git-ignored). PostgreSQL refuses
 # to run as root, so as root the cluster runs as the OS user `postgres` (created
@@ -107,7 +112,7 @@ case "$cmd" in
       log "cluster $name already running"
     else
       opts="-p $port -c listen_addresses=127.0.0.1 -k $dir -c max_connections=300 -c shared_buffers=256MB"
-      opts="$opts -c max_locks_per_transaction=256"
+      opts="$opts -c max_locks_per_transaction=256 ${DEVDB_OPTS:-}"
       if [ "$name" = test ]; then
         # throwaway test data: durability buys nothing here
         opts="$opts -c fsync=off -c full_page_writes=off -c synchronous_commit=off"
@@ -126,5 +131,11 @@ case "$cmd" in
       run_pg "$bindir/pg_ctl" -D "$d/data" -m fast -w stop >/dev/null 2>&1 || true
     done
     ;;
-  *) echo "usage: $0 start|stop|url NAME [PORT]" >&2; exit 2 ;;
+  reset)
+    "$0" stop "$name"
+    for d in "$dir" "$(readlink -f "$base/$name.link" 2>/dev/null || true)"; do
+      if [ -n "$d" ] && [ -d "$d/data" ]; then rm -rf "$d/data"; fi
+    done
+    ;;
+  *) echo "usage: $0 start|stop|reset|url NAME [PORT]" >&2; exit 2 ;;
 esac

@@ -61,6 +61,9 @@ func TestStatusEmptyDatabase(t *testing.T) {
 	require.Contains(t, out, "TOPICS\nno topics (create one with: SELECT fanout.create_topic('name');)\n")
 	require.Contains(t, out, "GROUPS\n")
 	require.NotContains(t, out, "BACKFILLS")
+	require.Contains(t, out, "MAINTENANCE (every function the schema has;")
+	require.Regexp(t, `\nfanout\._manage_partitions +@every 10s +create the next partition`, out)
+	require.Regexp(t, `\nfanout\._cleanup_partitions +@every 30s +drop closed partitions`, out)
 
 	// DATABASE_URL from the environment works the same.
 	out2, _, err := cli(b.ctx, map[string]string{"DATABASE_URL": b.URL}, "status")

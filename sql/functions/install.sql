@@ -57,6 +57,7 @@
 {{ template "fanout.heartbeat.sql" . }}
 {{ template "fanout.leader_attempt.sql" . }}
 {{ template "fanout.leader_resign.sql" . }}
+{{ template "fanout.maint_functions.sql" . }}
 {{ template "fanout.maint_operations.sql" . }}
 {{ template "fanout.message_status.sql" . }}
 {{ template "fanout.nack.sql" . }}
