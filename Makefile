@@ -97,7 +97,7 @@ db-stop: ## stop the throwaway clusters (and the test PgBouncer)
 	-scripts/devdb.sh stop bench
 	-scripts/devdb.sh stop cron
 	-scripts/devdb.sh stop restart
-	-scripts/pgbouncer.sh stop
+	-scripts/pgbouncer.sh stop $(PGBOUNCER_PORT)
 
 clean: db-stop ## stop the clusters and delete their data and bin/
 	rm -rf bin .pgq-dev

@@ -444,7 +444,11 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, client.DefaultLease, cfg.Lease)
 	require.Equal(t, client.DefaultPollInterval, cfg.PollInterval)
 	require.Equal(t, cfg.Lease, cfg.StopTimeout)
+	require.Equal(t, client.DefaultListenCheck, cfg.ListenCheckTimeout)
 	require.NotEmpty(t, cfg.Consumer)
+	_, err = client.NewConsumer(b.Pool, client.Config{Topic: "x", ListenURL: "postgres://x:y@:bad:port/"},
+		func(context.Context, *client.Delivery) error { return nil })
+	require.ErrorContains(t, err, "Config.ListenURL")
 	_, err = client.NewConsumer(b.Pool, client.Config{Topic: "x", MaxMessages: 10001},
 		func(context.Context, *client.Delivery) error { return nil })
 	require.Error(t, err)

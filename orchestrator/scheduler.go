@@ -294,18 +294,24 @@ func (s *Scheduler) register(j Job, timeout time.Duration) error {
 }
 
 // ensureMaintenanceJob registers the job of a function that
-// fanout.maint_operations() listed, unless it exists; a new job runs at once
-// (on the leader). Reports whether it was new.
+// fanout.maint_operations() listed, unless it exists. A due job that has
+// not run yet (new, or registered at start) runs at once (on the leader).
+// Reports whether it was new.
 func (s *Scheduler) ensureMaintenanceJob(fn string) (bool, error) {
 	isNew, err := s.registerMaintenance(fn)
-	if err != nil || !isNew {
-		return isNew, err
+	if err != nil {
+		return false, err
 	}
 	s.mu.Lock()
 	e := s.jobs[fn]
 	s.mu.Unlock()
-	go e.wrapped.Run()
-	return true, nil
+	e.mu.Lock()
+	ran := !e.lastRun.IsZero()
+	e.mu.Unlock()
+	if !ran {
+		go e.wrapped.Run()
+	}
+	return isNew, nil
 }
 
 // registerMaintenance registers the job of maintenance function fn unless
