@@ -244,9 +244,6 @@ func NewScheduler(db DB, cfg SchedulerConfig) (*Scheduler, error) {
 // Registry is where the scheduler's metrics live.
 func (s *Scheduler) Registry() *prometheus.Registry { return s.reg }
 
-// Elector is the scheduler's leader election.
-func (s *Scheduler) Elector() *Elector { return s.elector }
-
 // IsLeader tells whether this sidecar currently runs the jobs.
 func (s *Scheduler) IsLeader() bool { return s.elector.IsLeader() }
 
@@ -326,7 +323,7 @@ func (s *Scheduler) registerMaintenance(fn string) (bool, error) {
 	var j Job
 	if s.isBF.MatchString(fn) {
 		j = NewBackfillJob(s.db, BackfillJobConfig{
-			Func: fn, Schedule: s.scheduleFor(fn), Backfill: s.cfg.Backfill,
+			Func: fn, Schedule: s.scheduleFor(fn), Timeout: s.timeoutFor(fn), Backfill: s.cfg.Backfill,
 		})
 	} else {
 		j = NewMaintenanceJob(s.db, MaintenanceConfig{
