@@ -30,8 +30,8 @@ build: ## build bin/pgq-scheduler
 # With DATABASE_URL set, run against it; otherwise start the embedded default.
 run: build ## throwaway PostgreSQL + migrations + pgq-scheduler run (metrics on LISTEN)
 	@set -e; \
-	host=$${LISTEN%:*}; port=$${LISTEN##*:}; \
-	if [ -n "$(LISTEN)" ] && (exec 3<>"/dev/tcp/$${host:-127.0.0.1}/$$port") 2>/dev/null; then \
+	listen='$(LISTEN)'; host=$${listen%:*}; port=$${listen##*:}; \
+	if [ -n "$$listen" ] && (exec 3<>"/dev/tcp/$${host:-127.0.0.1}/$$port") 2>/dev/null; then \
 	  echo "pgq: $(LISTEN) is already in use (another make run?); pick another: make run LISTEN=127.0.0.1:9188" >&2; \
 	  exit 1; \
 	fi; \
