@@ -260,7 +260,7 @@ func TestNackRetryAndDeadLetter(t *testing.T) {
 
 	select {
 	case <-okFlaky:
-	case <-time.After(15 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("flaky message was not redelivered")
 	}
 	var lastErr string
@@ -324,7 +324,7 @@ func TestGracefulStopFinishesInFlightPage(t *testing.T) {
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("Run did not return after the page was finished")
 	}
 
@@ -545,7 +545,7 @@ func TestHeartbeatSeesCancelledGroup(t *testing.T) {
 	select {
 	case err := <-done:
 		require.ErrorIs(t, err, client.ErrGroupCancelled)
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("Run did not stop on a cancelled group")
 	}
 }

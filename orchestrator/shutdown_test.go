@@ -46,7 +46,7 @@ func TestShutdownWaitsForRunningJobs(t *testing.T) {
 	stop := start(t, s)
 	select {
 	case <-j.started:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the job never started")
 	}
 	stopped := make(chan error, 1)
@@ -72,7 +72,7 @@ func TestShutdownTimeoutCancelsJobs(t *testing.T) {
 	stop := start(t, s)
 	select {
 	case <-j.started:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the job never started")
 	}
 	require.EqualError(t, stop(), "scheduler: running jobs were cancelled at the shutdown timeout")

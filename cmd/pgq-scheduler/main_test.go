@@ -388,13 +388,13 @@ func TestBinaryRunAndSigterm(t *testing.T) {
 	require.Eventually(t, func() bool {
 		code, body := httpGet("http://" + addr + "/healthz")
 		return code == http.StatusOK && strings.Contains(body, `"leader": true`)
-	}, 20*time.Second, 100*time.Millisecond, "healthy leader")
+	}, time.Minute, 100*time.Millisecond, "healthy leader")
 	require.Eventually(t, func() bool {
 		var status string
 		require.NoError(t, b.Pool.QueryRow(b.ctx,
 			`SELECT status FROM fanout.groups WHERE topic = 'events' AND group_name = 'billing'`).Scan(&status))
 		return status == "dead"
-	}, 20*time.Second, 100*time.Millisecond, "the scheduler's dead-group detection ran")
+	}, time.Minute, 100*time.Millisecond, "the scheduler's dead-group detection ran")
 	var search string
 	require.NoError(t, b.Pool.QueryRow(b.ctx,
 		`SELECT status FROM fanout.groups WHERE topic = 'events' AND group_name = 'search'`).Scan(&search))
@@ -410,7 +410,7 @@ func TestBinaryRunAndSigterm(t *testing.T) {
 	select {
 	case err := <-exited:
 		require.NoError(t, err, "clean exit on SIGTERM")
-	case <-time.After(20 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("no exit after SIGTERM")
 	}
 	var leaders int
@@ -460,7 +460,7 @@ func startBinary(t *testing.T, b *bundle, extra ...string) (cmd *exec.Cmd, addr 
 	require.Eventually(t, func() bool {
 		code, body := httpGet("http://" + addr + "/healthz")
 		return code == http.StatusOK && strings.Contains(body, `"leader": true`)
-	}, 20*time.Second, 100*time.Millisecond, "healthy leader")
+	}, time.Minute, 100*time.Millisecond, "healthy leader")
 	return cmd, addr, stderr, exited
 }
 
@@ -537,11 +537,11 @@ func TestBinaryKillAndResurrect(t *testing.T) {
 		return n
 	}
 	lag := func(group string) int64 { return groupInt("lag_messages", group) }
-	require.Eventually(t, func() bool { return groupInt("delivered", "billing") >= 10 }, 10*time.Second,
+	require.Eventually(t, func() bool { return groupInt("delivered", "billing") >= 10 }, time.Minute,
 		20*time.Millisecond, "both consumers at work")
 	require.Equal(t, "active", status("billing"))
 	killBilling()
-	require.Eventually(t, func() bool { return status("billing") == "dead" }, 15*time.Second, 100*time.Millisecond,
+	require.Eventually(t, func() bool { return status("billing") == "dead" }, time.Minute, 100*time.Millisecond,
 		"the scheduler declares the killed group dead")
 	require.Equal(t, "active", status("search"), "the healthy group keeps heartbeating by reading")
 
@@ -550,7 +550,7 @@ func TestBinaryKillAndResurrect(t *testing.T) {
 	require.Equal(t, "active", status("billing"))
 	loop(50*time.Millisecond, billing) // the consumer is back
 	publishing.Store(false)
-	require.Eventually(t, func() bool { return lag("billing") == 0 && lag("search") == 0 }, 15*time.Second,
+	require.Eventually(t, func() bool { return lag("billing") == 0 && lag("search") == 0 }, time.Minute,
 		100*time.Millisecond, "both groups caught up")
 	require.Equal(t, "active", status("billing"))
 	require.Equal(t, "active", status("search"))
@@ -561,7 +561,7 @@ func TestBinaryKillAndResurrect(t *testing.T) {
 	select {
 	case err := <-exited:
 		require.NoError(t, err)
-	case <-time.After(20 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("no exit after SIGTERM")
 	}
 }
