@@ -117,8 +117,21 @@ case "$cmd" in
         # throwaway test data: durability buys nothing here
         opts="$opts -c fsync=off -c full_page_writes=off -c synchronous_commit=off"
       fi
-      run_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$opts" start >/dev/null \
-        || { tail -20 "$dir/server.log" >&2; exit 1; }
+      # The port lies in Linux's ephemeral range (32768-60999): an outgoing
+      # connection of any process may hold it for a moment. Retry that case.
+      for attempt in 1 2 3 4 5 6; do
+        before=$( (wc -c <"$dir/server.log") 2>/dev/null || echo 0)
+        if run_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$opts" start >/dev/null; then
+          break
+        fi
+        if [ "$attempt" -lt 6 ] && tail -c +"$((before + 1))" "$dir/server.log" | grep -q "Address already in use"; then
+          log "port $port is taken for now (attempt $attempt); retrying"
+          sleep 2
+          continue
+        fi
+        tail -20 "$dir/server.log" >&2
+        exit 1
+      done
       log "cluster $name listening on 127.0.0.1:$port"
     fi
     url

@@ -60,8 +60,14 @@ logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
 INI
       echo "\"$user\" \"\"" | as_owner tee "$dir/userlist.txt" >/dev/null
-      as_owner "$bin" -d "$dir/pgbouncer.ini" || { tail -20 "$dir/pgbouncer.log" >&2; exit 1; }
-      for _ in $(seq 1 50); do running && break; sleep 0.1; done
+      # The port may be held for a moment by an outgoing connection (it can
+      # lie in the ephemeral range): try a few times.
+      for attempt in 1 2 3 4 5 6; do
+        as_owner "$bin" -d "$dir/pgbouncer.ini" || true
+        for _ in $(seq 1 50); do running && break; sleep 0.1; done
+        running && break
+        [ "$attempt" -lt 6 ] && { log "PgBouncer did not start (attempt $attempt); retrying"; sleep 2; }
+      done
       running || { log "PgBouncer did not start:"; tail -20 "$dir/pgbouncer.log" >&2; exit 1; }
       log "PgBouncer (transaction pooling) on 127.0.0.1:$port -> $host:$dbport"
     fi
