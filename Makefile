@@ -1,57 +1,91 @@
-# pgq — consumer-group fan-out for PostgreSQL.
-#   make run      throwaway local PostgreSQL + migrations + pgq-scheduler run
-#   make test     the whole suite against a throwaway PostgreSQL (or $DATABASE_URL)
-#   make bench    benchmarks as ratios to baselines measured in the same run
-#   make chaos    fault-injection soak on its own throwaway clusters (CHAOS_SECONDS=N to lengthen)
+# pgq — consumer-group fan-out for PostgreSQL. `make help` lists the targets.
 SHELL := /bin/bash
 GO    ?= go
 BIN   := bin/pgq-scheduler
-TEST_PORT  ?= 55433
-RUN_PORT   ?= 55432
-BENCH_PORT ?= 55434
-RESTART_PORT ?= 55441
-CHAOS_PORT ?= 55435
+# Ports of the throwaway clusters (127.0.0.1 only). The extra ones of
+# `make test` follow TEST_PORT unless set: RESTART_PORT (TestDatabaseRestart's
+# second cluster), CRON_PORT (the pg_cron cluster), PGBOUNCER_PORT (PgBouncer
+# in front of the test cluster).
+TEST_PORT      ?= 55433
+RUN_PORT       ?= 55432
+BENCH_PORT     ?= 55434
+RESTART_PORT   ?= $(shell expr $(TEST_PORT) + 8)
+CRON_PORT      ?= $(shell expr $(TEST_PORT) + 9)
+PGBOUNCER_PORT ?= $(shell expr $(TEST_PORT) + 10)
+CHAOS_PORT     ?= 55435
 CHAOS_FAILOVER_PORT ?= 55436
-CHAOS_CI_PORT ?= 55442
-LISTEN     ?= 127.0.0.1:9187
+# TestChaosShort's clusters (this port and the next).
+CHAOS_CI_PORT  ?= $(shell expr $(TEST_PORT) + 11)
+LISTEN         ?= 127.0.0.1:9187
 
-.PHONY: all build run test test-go test-e2e bench bench-quick chaos verify-sql snapshot-sql db-stop clean
+.PHONY: all help build run test lint deps bench bench-quick chaos verify-sql snapshot-sql db-stop clean
 
 all: build
 
-build:
+help: ## list the targets and the variables they take
+	@echo "make TARGET [VAR=value ...]"
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 16
+	@echo "variables: TEST_PORT=$(TEST_PORT) RUN_PORT=$(RUN_PORT) BENCH_PORT=$(BENCH_PORT) RESTART_PORT=$(RESTART_PORT)"
+	@echo "           CRON_PORT=$(CRON_PORT) PGBOUNCER_PORT=$(PGBOUNCER_PORT) LISTEN=$(LISTEN) DATABASE_URL=<server>"
+
+build: ## build bin/pgq-scheduler
 	$(GO) build -o $(BIN) ./cmd/pgq-scheduler
 
 # With DATABASE_URL set, run against it; otherwise start the embedded default.
-run: build
+run: build ## throwaway PostgreSQL + migrations + pgq-scheduler run (metrics on LISTEN)
 	@set -e; \
+	listen='$(LISTEN)'; host=$${listen%:*}; port=$${listen##*:}; \
+	if [ -n "$$listen" ] && (exec 3<>"/dev/tcp/$${host:-127.0.0.1}/$$port") 2>/dev/null; then \
+	  echo "pgq: $(LISTEN) is already in use (another make run?); pick another: make run LISTEN=127.0.0.1:9188" >&2; \
+	  exit 1; \
+	fi; \
 	if [ -z "$$DATABASE_URL" ]; then \
 	  DATABASE_URL=$$(scripts/devdb.sh start run $(RUN_PORT)); \
-	  echo "pgq: throwaway PostgreSQL at $$DATABASE_URL (stop it with: make db-stop)"; \
 	fi; \
 	export DATABASE_URL; \
 	$(BIN) migrate; \
+	echo "pgq: throwaway PostgreSQL at $$DATABASE_URL (stop it with: make db-stop)"; \
 	echo "pgq: psql \"$$DATABASE_URL\""; \
 	echo "pgq: console: http://$(LISTEN)/  (read-only unless PGQ_CONSOLE_ADMIN=true PGQ_CONSOLE_TOKEN=...)"; \
 	echo "pgq: metrics and health: http://$(LISTEN)/metrics  http://$(LISTEN)/healthz"; \
 	echo "pgq: status: DATABASE_URL=\"$$DATABASE_URL\" $(BIN) status"; \
 	exec $(BIN) run --listen $(LISTEN)
 
-test: build
+# Everything, also after a failure: the test databases are dropped at the end
+# (scripts/test-cleanup.sh), so a shared DATABASE_URL server stays clean.
+test: build ## lint + Go tests + psql walkthrough + Python/Node examples + pg_cron (own cluster) + PgBouncer
 	@set -e; \
 	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
-	export DATABASE_URL PGQ_TEST_RESTART_PORT=$(RESTART_PORT) PGQ_TEST_CONSOLE_LISTEN=$(LISTEN) PGQ_TEST_CHAOS_PORT=$(CHAOS_CI_PORT); \
-	$(GO) vet ./...; \
-	$(GO) test -count=1 -timeout 20m ./... ; \
-	tests/e2e_psql.sh
+	export DATABASE_URL PGQ_TEST_RESTART_PORT=$(RESTART_PORT) PGQ_TEST_PGBOUNCER_PORT=$(PGBOUNCER_PORT) \
+	  PGQ_TEST_CONSOLE_LISTEN=$(LISTEN) PGQ_TEST_CHAOS_PORT=$(CHAOS_CI_PORT); \
+	trap 'scripts/test-cleanup.sh "$$DATABASE_URL" || true' EXIT; \
+	scripts/deps.sh ensure pg_cron pgbouncer psycopg node || { \
+	  echo "make test: a component the suite exercises is missing (see above): run 'sudo make deps', then make test" >&2; \
+	  exit 1; }; \
+	mkdir -p .pgq-dev; \
+	tests/pg_cron.sh $(CRON_PORT) >.pgq-dev/pg_cron.log 2>&1 & cron=$$!; \
+	fail=0; \
+	scripts/lint.sh || fail=1; \
+	$(GO) test -count=1 -timeout 20m ./... || fail=1; \
+	tests/e2e_psql.sh || fail=1; \
+	tests/examples.sh || fail=1; \
+	wait $$cron && cat .pgq-dev/pg_cron.log || { cat .pgq-dev/pg_cron.log; fail=1; }; \
+	if [ $$fail != 0 ]; then echo "make test: FAILED (see above)" >&2; exit 1; fi; \
+	echo "make test: all passed"
 
-bench: build
+lint: ## go vet + staticcheck (pinned version, via go run)
+	scripts/lint.sh
+
+deps: ## install what make test exercises: pg_cron, PgBouncer, psycopg, Node pg (as root)
+	scripts/deps.sh ensure pg_cron pgbouncer psycopg node
+
+bench: build ## benchmarks, as ratios to baselines measured in the same run
 	@set -e; \
 	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start bench $(BENCH_PORT)); fi; \
 	export DATABASE_URL; \
 	$(GO) run ./bench $(BENCH_FLAGS)
 
-bench-quick:
+bench-quick: ## a shorter benchmark run
 	$(MAKE) bench BENCH_FLAGS=-quick
 
 # Fault injection: soak (restarts, terminated backends, SIGKILLed consumers and
@@ -62,23 +96,26 @@ chaos: build
 	bin/pgq-chaos -port $(CHAOS_PORT) -failover-port $(CHAOS_FAILOVER_PORT) $(CHAOS_FLAGS)
 
 # The migrations must freeze exactly what sql/functions and sql/triggers hold.
-verify-sql:
+verify-sql: ## fail if sql/functions or sql/triggers differ from their frozen migrations
 	scripts/verify-sql.sh
 
 # Freeze sql/functions and sql/triggers into new numbered migrations.
-snapshot-sql:
+snapshot-sql: ## freeze sql/functions and sql/triggers into new numbered migrations
 	$(GO) tool tern code snapshot sql/functions --migrations sql/migrations
 	$(GO) tool tern code snapshot sql/triggers --migrations sql/migrations
 
-db-stop:
+db-stop: ## stop the throwaway clusters (and the test PgBouncer)
 	-scripts/devdb.sh stop run
 	-scripts/devdb.sh stop test
 	-scripts/devdb.sh stop bench
+	-scripts/devdb.sh stop cron
+	-scripts/devdb.sh stop restart
+	-scripts/pgbouncer.sh stop $(PGBOUNCER_PORT)
 	-scripts/devdb.sh stop chaos
 	-scripts/devdb.sh stop chaos-ci
 	-scripts/devdb.sh stop chaos-ci-side
 	-scripts/devdb.sh stop chaos-fo-p
 	-scripts/devdb.sh stop chaos-fo-s
 
-clean: db-stop
+clean: db-stop ## stop the clusters and delete their data and bin/
 	rm -rf bin .pgq-dev

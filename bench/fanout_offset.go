@@ -9,7 +9,7 @@ func init() { register(60, fanoutOffsetScenario{}) }
 
 // fanoutOffsetScenario: a pubsub topic in offset mode with 8 groups, each
 // draining the same backlog (pages of 100), with 1 and with 4 members per
-// group; deliveries/s vs 8 plain page walks of the same rows (DESIGN §5:
+// group; deliveries/s vs 8 plain page walks of the same rows (docs/design.md §6:
 // ≥ 0.5). Needs fanout.subscribe; reports "skipped" without it.
 type fanoutOffsetScenario struct{}
 

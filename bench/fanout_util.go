@@ -232,10 +232,3 @@ func (p *steadyPublisher) Err() error {
 	}
 	return nil
 }
-
-func passText(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "MISSED"
-}

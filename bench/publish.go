@@ -102,7 +102,7 @@ func (publishScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 				r["fanout.publish notify=>false"], r["plain INSERT"], "plain INSERT", 0.80),
 		)
 	}
-	out[0].Note = "DESIGN §5 target is for 4 clients"
+	out[0].Note = "the target (docs/design.md §6) is for 4 clients"
 	return out, nil
 }
 

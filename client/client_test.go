@@ -260,7 +260,7 @@ func TestNackRetryAndDeadLetter(t *testing.T) {
 
 	select {
 	case <-okFlaky:
-	case <-time.After(15 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("flaky message was not redelivered")
 	}
 	var lastErr string
@@ -324,7 +324,7 @@ func TestGracefulStopFinishesInFlightPage(t *testing.T) {
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("Run did not return after the page was finished")
 	}
 
@@ -407,6 +407,11 @@ func TestCompetingConsumersShareTheQueue(t *testing.T) {
 	}
 	col.wait(t, n, 60*time.Second)
 	require.Equal(t, want, col.ids(), "each message exactly once")
+	var delivered int64
+	for _, c := range cs {
+		delivered += c.Stats().Delivered
+	}
+	require.EqualValues(t, n, delivered, "the consumers' counters add up")
 }
 
 func TestRunFailsFastOnUnknownTopic(t *testing.T) {
@@ -439,7 +444,11 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, client.DefaultLease, cfg.Lease)
 	require.Equal(t, client.DefaultPollInterval, cfg.PollInterval)
 	require.Equal(t, cfg.Lease, cfg.StopTimeout)
+	require.Equal(t, client.DefaultListenCheck, cfg.ListenCheckTimeout)
 	require.NotEmpty(t, cfg.Consumer)
+	_, err = client.NewConsumer(b.Pool, client.Config{Topic: "x", ListenURL: "postgres://x:y@:bad:port/"},
+		func(context.Context, *client.Delivery) error { return nil })
+	require.ErrorContains(t, err, "Config.ListenURL")
 	_, err = client.NewConsumer(b.Pool, client.Config{Topic: "x", MaxMessages: 10001},
 		func(context.Context, *client.Delivery) error { return nil })
 	require.Error(t, err)
@@ -536,7 +545,7 @@ func TestHeartbeatSeesCancelledGroup(t *testing.T) {
 	select {
 	case err := <-done:
 		require.ErrorIs(t, err, client.ErrGroupCancelled)
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("Run did not stop on a cancelled group")
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -51,6 +50,19 @@ type Config struct {
 	// Channel overrides the LISTEN channel. Default: looked up once with
 	// SELECT channel, notify FROM fanout.topics WHERE topic = Topic.
 	Channel string
+	// ListenURL is the connection string of the LISTEN connection. Default:
+	// the pool's connection settings. Set it to a direct connection to
+	// PostgreSQL when the pool goes through PgBouncer in transaction or
+	// statement pooling mode: there, LISTEN succeeds but no notification
+	// ever arrives (the consumer then only polls).
+	ListenURL string
+	// ListenCheckTimeout bounds the check the consumer makes once LISTEN is
+	// in place: it sends itself a notification (payload "pgq-listen-check",
+	// through the pool) and logs a warning if none arrives within this time,
+	// which is what happens behind PgBouncer's transaction pooling. Other
+	// consumers of the topic see that notification as one extra wake-up.
+	// Default 5 s; negative turns the check off.
+	ListenCheckTimeout time.Duration
 
 	// HeartbeatInterval, when > 0, calls fanout.heartbeat(topic, group,
 	// consumer) on that interval from a separate goroutine, so that a group
@@ -90,7 +102,11 @@ const (
 	DefaultPollInterval    = time.Second
 	DefaultErrorBackoff    = 200 * time.Millisecond
 	DefaultMaxErrorBackoff = 10 * time.Second
+	DefaultListenCheck     = 5 * time.Second
 )
+
+// listenCheckPayload is the payload of the consumer's LISTEN self-check.
+const listenCheckPayload = "pgq-listen-check"
 
 // withDefaults validates c and returns it with every zero field defaulted.
 func (c Config) withDefaults() (Config, error) {
@@ -114,6 +130,14 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StopTimeout <= 0 {
 		c.StopTimeout = c.Lease
+	}
+	if c.ListenCheckTimeout == 0 {
+		c.ListenCheckTimeout = DefaultListenCheck
+	}
+	if c.ListenURL != "" {
+		if _, err := pgx.ParseConfig(c.ListenURL); err != nil {
+			return c, fmt.Errorf("pgq client: Config.ListenURL: %w", err)
+		}
 	}
 	if c.ErrorBackoff <= 0 {
 		c.ErrorBackoff = DefaultErrorBackoff
@@ -195,6 +219,11 @@ type Stats struct {
 	Notifications   int64 // NOTIFYs received
 	LeaseExtensions int64 // fanout.extend_lease calls
 	Heartbeats      int64 // fanout.heartbeat calls that succeeded
+	// ListenChecked is 1 once the LISTEN self-check received its own
+	// notification, -1 when it timed out (LISTEN does not work on that
+	// connection: see Config.ListenURL), 0 before the check ends or when
+	// it is off.
+	ListenChecked int64
 }
 
 // Consumer is a consumer loop on one topic (and group). Create it with
@@ -208,6 +237,7 @@ type Consumer struct {
 
 	reads, emptyReads, delivered, acked, nacked, errs atomic.Int64
 	notifications, extensions, heartbeats             atomic.Int64
+	listenChecked                                     atomic.Int64
 }
 
 // NewConsumer returns a consumer that calls h for every message and settles
@@ -248,20 +278,19 @@ func (c *Consumer) Stats() Stats {
 		Reads: c.reads.Load(), EmptyReads: c.emptyReads.Load(), Delivered: c.delivered.Load(),
 		Acked: c.acked.Load(), Nacked: c.nacked.Load(), Errors: c.errs.Load(),
 		Notifications: c.notifications.Load(), LeaseExtensions: c.extensions.Load(),
-		Heartbeats: c.heartbeats.Load(),
+		Heartbeats: c.heartbeats.Load(), ListenChecked: c.listenChecked.Load(),
 	}
 }
 
 const (
 	sqlRead = `SELECT lease_id, message_id, payload, headers, message_group, published_at, attempt
 	           FROM fanout.read($1::text, $2::text, $3::text, $4::int, $5::interval)`
-	sqlAckAll                 = `SELECT fanout.ack($1::bigint, NULL::bigint[])`
-	sqlAckIDs                 = `SELECT fanout.ack($1::bigint, $2::bigint[])`
-	sqlNack                   = `SELECT fanout.nack($1::bigint, $2::bigint[], $3::interval, $4::text)`
-	sqlExtend                 = `SELECT fanout.extend_lease($1::bigint, $2::interval)`
-	sqlHeart                  = `SELECT fanout.heartbeat($1::text, $2::text, $3::text)::text`
-	sqlChannel                = `SELECT channel, notify FROM fanout.topics WHERE topic = $1`
-	sqlstateUndefinedFunction = "42883"
+	sqlAckAll  = `SELECT fanout.ack($1::bigint, NULL::bigint[])`
+	sqlAckIDs  = `SELECT fanout.ack($1::bigint, $2::bigint[])`
+	sqlNack    = `SELECT fanout.nack($1::bigint, $2::bigint[], $3::interval, $4::text)`
+	sqlExtend  = `SELECT fanout.extend_lease($1::bigint, $2::interval)`
+	sqlHeart   = `SELECT fanout.heartbeat($1::text, $2::text, $3::text)::text`
+	sqlChannel = `SELECT channel, notify FROM fanout.topics WHERE topic = $1`
 )
 
 // Run consumes until ctx is cancelled (then it finishes the in-flight page
@@ -402,7 +431,8 @@ func (c *Consumer) lookupChannel(ctx context.Context) (string, bool, error) {
 
 // listen keeps a dedicated connection LISTENing on channel and signals wake
 // on every notification (coalesced) and after every (re)connect. It closes
-// ready once the first LISTEN succeeded or failed.
+// ready once the first LISTEN succeeded or failed. After the first LISTEN
+// it checks that notifications really arrive (checkListen).
 func (c *Consumer) listen(ctx context.Context, channel string, wake chan<- struct{}, ready chan struct{}) {
 	var once sync.Once
 	signalReady := func() { once.Do(func() { close(ready) }) }
@@ -413,9 +443,21 @@ func (c *Consumer) listen(ctx context.Context, channel string, wake chan<- struc
 		default:
 		}
 	}
+	connCfg := c.pool.Config().ConnConfig
+	if c.cfg.ListenURL != "" {
+		var err error
+		if connCfg, err = pgx.ParseConfig(c.cfg.ListenURL); err != nil {
+			signalReady()
+			c.cfg.Logger.Warn("pgq client: bad ListenURL; polling only", "error", err)
+			return
+		}
+	}
+	c.listenChecked.Store(0)
+	checked := make(chan struct{})
+	var checkOnce sync.Once
 	backoff := c.cfg.ErrorBackoff
 	for ctx.Err() == nil {
-		conn, err := pgx.ConnectConfig(ctx, c.pool.Config().ConnConfig)
+		conn, err := pgx.ConnectConfig(ctx, connCfg)
 		if err == nil {
 			_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
 		}
@@ -441,15 +483,48 @@ func (c *Consumer) listen(ctx context.Context, channel string, wake chan<- struc
 		backoff = c.cfg.ErrorBackoff
 		signalReady()
 		poke() // catch up with anything published while we were not listening
+		if c.cfg.ListenCheckTimeout > 0 {
+			checkOnce.Do(func() { go c.checkListen(ctx, channel, checked) })
+		}
 		for {
-			_, err := conn.WaitForNotification(ctx)
+			n, err := conn.WaitForNotification(ctx)
 			if err != nil {
 				break
 			}
 			c.notifications.Add(1)
+			if n.Payload == listenCheckPayload && c.listenChecked.CompareAndSwap(0, 1) {
+				close(checked)
+			}
 			poke()
 		}
 		conn.Close(context.Background())
+	}
+}
+
+// checkListen sends the listener a notification through the pool and warns
+// when it does not arrive within ListenCheckTimeout: LISTEN "works" through
+// PgBouncer in transaction pooling mode, but the notifications never reach
+// the client.
+func (c *Consumer) checkListen(ctx context.Context, channel string, checked <-chan struct{}) {
+	if _, err := c.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, listenCheckPayload); err != nil {
+		if ctx.Err() == nil {
+			c.cfg.Logger.Warn("pgq client: cannot check LISTEN (pg_notify failed)", "channel", channel, "error", err)
+		}
+		return
+	}
+	t := time.NewTimer(c.cfg.ListenCheckTimeout)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-checked:
+	case <-t.C:
+		if c.listenChecked.CompareAndSwap(0, -1) {
+			c.cfg.Logger.Warn("pgq client: LISTEN does not deliver notifications on this connection "+
+				"(PgBouncer in transaction or statement pooling mode?); set Config.ListenURL to a direct "+
+				"connection to PostgreSQL. Polling every PollInterval meanwhile",
+				"topic", c.cfg.Topic, "channel", channel, "waited", c.cfg.ListenCheckTimeout.String(),
+				"poll_interval", c.cfg.PollInterval.String())
+		}
 	}
 }
 
@@ -473,11 +548,11 @@ func (c *Consumer) heartbeatLoop(ctx context.Context, fatal chan<- error) {
 			}
 		case ctx.Err() != nil:
 			return
-		case sqlstate(err) == sqlstateUndefinedFunction:
+		case SQLState(err) == CodeUndefinedFunction:
 			c.cfg.Logger.Info("pgq client: the server has no fanout.heartbeat; heartbeats are off",
 				"topic", c.cfg.Topic)
 			return
-		case sqlstate(err) == "PGQ16":
+		case SQLState(err) == CodeGroupCancelled:
 			fatal <- fmt.Errorf("%w: %w", ErrGroupCancelled, err)
 			return
 		default:
@@ -676,10 +751,14 @@ func (c *Consumer) handleTx(ctx context.Context, d *Delivery) {
 		c.nack(ctx, d.LeaseID, d.ID, he.err)
 		return
 	}
-	// The ack or the commit failed (e.g. fenced: the lease expired and the
-	// message went to another consumer). Everything rolled back; the message
+	// The ack or the commit failed. Everything rolled back; the message
 	// comes back after the lease or is already with its new holder.
 	c.errs.Add(1)
+	if IsFenced(err) {
+		c.cfg.Logger.Warn("pgq client: fenced: the lease expired and the message went to another consumer; "+
+			"the transaction rolled back", "lease_id", d.LeaseID, "message_id", d.ID, "error", err)
+		return
+	}
 	c.cfg.Logger.Warn("pgq client: transaction with ack failed; rolled back", "lease_id", d.LeaseID,
 		"message_id", d.ID, "error", err)
 }
@@ -692,8 +771,16 @@ func (e *handlerError) Unwrap() error { return e.err }
 func (c *Consumer) settle(ctx context.Context, sql string, args ...any) bool {
 	if _, err := c.pool.Exec(ctx, sql, args...); err != nil {
 		c.errs.Add(1)
-		c.cfg.Logger.Warn("pgq client: ack failed; the messages come back after the lease",
-			"lease_id", args[0], "error", err)
+		switch {
+		case IsFenced(err):
+			c.cfg.Logger.Warn("pgq client: ack fenced: the lease expired and its messages went to another consumer",
+				"lease_id", args[0], "error", err)
+		case IsNotFound(err):
+			c.cfg.Logger.Warn("pgq client: ack of a lease the server no longer has", "lease_id", args[0], "error", err)
+		default:
+			c.cfg.Logger.Warn("pgq client: ack failed; the messages come back after the lease",
+				"lease_id", args[0], "error", err)
+		}
 		return false
 	}
 	return true
@@ -727,20 +814,12 @@ func isFatal(err error) bool {
 
 // classify wraps errors that retrying cannot fix.
 func classify(err error) error {
-	switch sqlstate(err) {
-	case "PGQ16":
+	switch SQLState(err) {
+	case CodeGroupCancelled:
 		return fmt.Errorf("%w: %w", ErrGroupCancelled, err)
-	case "PGQ01", "PGQ03", "PGQ04", "PGQ09", "PGQ13", "PGQ14",
-		sqlstateUndefinedFunction, "42501", "3F000": // no such function, no privilege, no schema
+	case CodeTopicNotFound, CodeInvalidArgument, CodeInvalidName, CodeReadCommitted, CodeGroupRequired,
+		CodeGroupNotFound, CodeUndefinedFunction, CodeInsufficientPrivilege, CodeInvalidSchemaName:
 		return &fatalError{err}
 	}
 	return err
-}
-
-func sqlstate(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code
-	}
-	return ""
 }

@@ -2,7 +2,7 @@
 // for the transactional outbox and a Consumer loop that wakes up on LISTEN,
 // falls back to polling, hands each message to a handler and acks or nacks it.
 //
-// Everything here is a thin wrapper around the SQL API of DESIGN.md §2
+// Everything here is a thin wrapper around the SQL API of docs/design.md §2
 // (fanout.publish, fanout.publish_batch, fanout.read, fanout.ack,
 // fanout.nack, fanout.extend_lease, fanout.heartbeat); any language can do
 // the same with plain SQL. Statements go through pgx's statement cache, so

@@ -92,24 +92,23 @@ func TestBackfillSingleBurst(t *testing.T) {
 	require.Equal(t, 64.0, bf.Rate())
 }
 
-// The driver against PostgreSQL with the real clock: a SQL step that
-// sleeps 25ms throttles it, the same step without the sleep lets it recover.
-// The step is a new maintenance function that maint_operations() lists:
-// the scheduler picks it up with no Go change and drives it as a backfill.
+// The driver against PostgreSQL: a new maintenance function that
+// maint_operations() lists is picked up with no Go change, driven as a
+// backfill (called with the listed argument until it returns 0) and
+// reported in the metrics. How fast it goes depends on the machine, so
+// this test asserts counts only; throttling and recovery are asserted
+// with a stub clock in TestBackfillThrottlesAndRecovers.
 func TestBackfillJobAgainstDatabase(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.exec(t, `CREATE TABLE public.bf_state (remaining int NOT NULL, sleep_ms int NOT NULL, args text[] NOT NULL DEFAULT '{}')`)
-	b.exec(t, `INSERT INTO public.bf_state VALUES (12, 25)`)
+	b.exec(t, `CREATE TABLE public.bf_state (remaining int NOT NULL, args text[] NOT NULL DEFAULT '{}')`)
+	b.exec(t, `INSERT INTO public.bf_state VALUES (12)`)
 	b.exec(t, `CREATE FUNCTION public.test_backfill_step(p_topic text, p_now timestamptz DEFAULT now()) RETURNS int
 	           LANGUAGE plpgsql AS $$
-	           DECLARE v_sleep int;
 	           BEGIN
 	             UPDATE public.bf_state SET remaining = remaining - 1, args = args || p_topic
-	             WHERE remaining > 0 RETURNING sleep_ms INTO v_sleep;
-	             IF NOT FOUND THEN RETURN 0; END IF;
-	             PERFORM pg_sleep(v_sleep / 1000.0);
-	             RETURN 1;
+	             WHERE remaining > 0;
+	             RETURN CASE WHEN FOUND THEN 1 ELSE 0 END;
 	           END $$`)
 	b.exec(t, `ALTER FUNCTION fanout.maint_operations(timestamptz) RENAME TO maint_operations_orig`)
 	b.exec(t, `CREATE FUNCTION fanout.maint_operations(p_now timestamptz DEFAULT now())
@@ -117,7 +116,7 @@ func TestBackfillJobAgainstDatabase(t *testing.T) {
 	             SELECT * FROM fanout.maint_operations_orig(p_now)
 	             UNION ALL SELECT 'public.test_backfill_step', 'events' FROM public.bf_state WHERE remaining > 0
 	           $$`)
-	s := b.scheduler(t, SchedulerConfig{Backfill: BackfillConfig{TargetLatency: 10 * time.Millisecond, MaxRate: 40, MinRate: 5}})
+	s := b.scheduler(t, SchedulerConfig{Backfill: BackfillConfig{TargetLatency: 10 * time.Millisecond, MaxRate: 1000, MinRate: 5}})
 	res, err := s.RunJob(b.ctx, discoverJobName)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, res.Rows)
@@ -127,20 +126,17 @@ func TestBackfillJobAgainstDatabase(t *testing.T) {
 	res, err = s.RunJob(b.ctx, "public.test_backfill_step")
 	require.NoError(t, err)
 	require.EqualValues(t, Result{Calls: 13, Rows: 12}, res)
-	throttled := job.Driver().Rate()
-	require.Less(t, throttled, 40.0/3, "25ms steps over a 10ms target throttle the driver")
-	require.Greater(t, job.Driver().P95(), 20*time.Millisecond)
-	require.Equal(t, throttled, testutil.ToFloat64(s.metrics.bfRate.WithLabelValues("public.test_backfill_step")))
+	require.Equal(t, job.Driver().Rate(), testutil.ToFloat64(s.metrics.bfRate.WithLabelValues("public.test_backfill_step")))
 	require.EqualValues(t, 12, testutil.ToFloat64(s.metrics.rows.WithLabelValues("public.test_backfill_step")))
 	require.EqualValues(t, 12, b.int(t, `SELECT count(*) FROM public.bf_state, unnest(args) a WHERE a = 'events'`),
 		"called with the argument maint_operations listed")
 
-	// Latency drops: the next run speeds up again to the ceiling.
-	b.exec(t, `UPDATE public.bf_state SET remaining = 25, sleep_ms = 0`)
+	// More work appears: the next run does all of it.
+	b.exec(t, `UPDATE public.bf_state SET remaining = 25`)
 	res, err = s.RunJob(b.ctx, "public.test_backfill_step")
 	require.NoError(t, err)
 	require.EqualValues(t, 25, res.Rows)
-	require.Equal(t, 40.0, job.Driver().Rate(), "recovered")
+	require.EqualValues(t, 37, testutil.ToFloat64(s.metrics.rows.WithLabelValues("public.test_backfill_step")))
 
 	// Nothing due: no step at all.
 	res, err = s.RunJob(b.ctx, "public.test_backfill_step")

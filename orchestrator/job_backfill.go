@@ -55,9 +55,6 @@ func (j *BackfillJob) Name() string { return j.cfg.Func }
 // Schedule is the job's cron spec.
 func (j *BackfillJob) Schedule() string { return j.cfg.Schedule }
 
-// Timeout is the job's per-run timeout.
-func (j *BackfillJob) Timeout() time.Duration { return j.cfg.Timeout }
-
 // Driver exposes the rate limiter (for metrics).
 func (j *BackfillJob) Driver() *Backfill { return j.driver }
 

@@ -54,7 +54,7 @@ func (j *DiscoverJob) Schedule() string { return j.cfg.Schedule }
 func (j *DiscoverJob) Run(ctx context.Context) (Result, error) {
 	res := Result{Calls: 1}
 	rows, err := j.db.Query(ctx,
-		`SELECT DISTINCT func FROM fanout.maint_operations(p_now => $1) ORDER BY 1`, j.cfg.Clock.Now())
+		`SELECT DISTINCT func FROM fanout.maint_operations($1) ORDER BY 1`, j.cfg.Clock.Now())
 	if err != nil {
 		return res, fmt.Errorf("discover: maint_operations: %w", err)
 	}

@@ -65,9 +65,6 @@ func (j *MaintenanceJob) Name() string { return j.cfg.Func }
 // Schedule is the job's cron spec.
 func (j *MaintenanceJob) Schedule() string { return j.cfg.Schedule }
 
-// Timeout is the job's per-run timeout.
-func (j *MaintenanceJob) Timeout() time.Duration { return j.cfg.Timeout }
-
 // Run does one round; see MaintenanceJob.
 func (j *MaintenanceJob) Run(ctx context.Context) (Result, error) {
 	var res Result

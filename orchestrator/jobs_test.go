@@ -171,10 +171,8 @@ func TestMaintenanceJobTimeout(t *testing.T) {
 	s := b.scheduler(t, SchedulerConfig{Timeouts: map[string]time.Duration{"public.slow_op": 200 * time.Millisecond}})
 	_, err := s.RunJob(b.ctx, discoverJobName)
 	require.NoError(t, err)
-	start := time.Now()
 	_, err = s.RunJob(b.ctx, "public.slow_op")
 	require.ErrorContains(t, err, "public.slow_op: timed out: call 1: ")
-	require.Less(t, time.Since(start), 3*time.Second)
 }
 
 type panicJob struct{ calls int }

@@ -101,9 +101,6 @@ func NewElector(db DB, cfg ElectorConfig) *Elector {
 // ID is this sidecar's leader id.
 func (e *Elector) ID() string { return e.cfg.ID }
 
-// TTL is the lease length.
-func (e *Elector) TTL() time.Duration { return e.cfg.TTL }
-
 // IsLeader tells whether this sidecar holds an unexpired lease.
 func (e *Elector) IsLeader() bool {
 	e.mu.Lock()

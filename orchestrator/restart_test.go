@@ -89,7 +89,7 @@ func TestDatabaseRestart(t *testing.T) {
 	require.Eventually(t, func() bool {
 		code, _ := health(t, srv.URL)
 		return code == http.StatusOK && s.IsLeader() && discoverRuns() >= 1
-	}, 10*time.Second, 50*time.Millisecond, "healthy leader running jobs")
+	}, time.Minute, 50*time.Millisecond, "healthy leader running jobs")
 
 	devdb(t, "stop", restartCluster)
 	down := time.Now()
@@ -98,7 +98,7 @@ func TestDatabaseRestart(t *testing.T) {
 	require.Equal(t, "down", h.Database)
 	require.Contains(t, h.Reason, "database unreachable")
 	// Leadership lapses locally once renewals fail for a TTL.
-	require.Eventually(t, func() bool { return !s.IsLeader() }, 5*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return !s.IsLeader() }, time.Minute, 50*time.Millisecond)
 	_, body := get(t, srv.URL+"/metrics")
 	require.Contains(t, body, "pgq_database_up 0")
 	require.Contains(t, body, "pgq_scheduler_leader 0")
@@ -109,7 +109,7 @@ func TestDatabaseRestart(t *testing.T) {
 	require.Eventually(t, func() bool {
 		code, _ := health(t, srv.URL)
 		return code == http.StatusOK && s.IsLeader() && discoverOK().After(up)
-	}, 15*time.Second, 50*time.Millisecond, "healthy again: re-elected and jobs run")
+	}, time.Minute, 50*time.Millisecond, "healthy again: re-elected and jobs run")
 	t.Logf("recovered %s after the restart", time.Since(up).Round(time.Millisecond))
 	require.Contains(t, logs.String(), `"msg":"leader election failed"`)
 	require.NoError(t, stop())

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/robfig/cron/v3"
@@ -245,9 +247,6 @@ func NewScheduler(db DB, cfg SchedulerConfig) (*Scheduler, error) {
 // Registry is where the scheduler's metrics live.
 func (s *Scheduler) Registry() *prometheus.Registry { return s.reg }
 
-// Elector is the scheduler's leader election.
-func (s *Scheduler) Elector() *Elector { return s.elector }
-
 // IsLeader tells whether this sidecar currently runs the jobs.
 func (s *Scheduler) IsLeader() bool { return s.elector.IsLeader() }
 
@@ -262,14 +261,16 @@ func (s *Scheduler) timeoutFor(name string) time.Duration {
 	return s.cfg.JobTimeout
 }
 
-func (s *Scheduler) scheduleFor(name string) string {
-	if spec, ok := s.cfg.Schedules[name]; ok {
+func (s *Scheduler) scheduleFor(name string) string { return scheduleFor(s.cfg, s.isBF, name) }
+
+func scheduleFor(cfg SchedulerConfig, isBF *regexp.Regexp, name string) string {
+	if spec, ok := cfg.Schedules[name]; ok {
 		return spec
 	}
-	if s.cfg.DefaultSchedule != "" {
-		return s.cfg.DefaultSchedule
+	if cfg.DefaultSchedule != "" {
+		return cfg.DefaultSchedule
 	}
-	return DefaultScheduleFor(name, s.isBF.MatchString(name))
+	return DefaultScheduleFor(name, isBF.MatchString(name))
 }
 
 func (s *Scheduler) register(j Job, timeout time.Duration) error {
@@ -293,9 +294,29 @@ func (s *Scheduler) register(j Job, timeout time.Duration) error {
 }
 
 // ensureMaintenanceJob registers the job of a function that
-// fanout.maint_operations() listed, unless it exists; a new job runs at once
-// (on the leader). Reports whether it was new.
+// fanout.maint_operations() listed, unless it exists. A due job that has
+// not run yet (new, or registered at start) runs at once (on the leader).
+// Reports whether it was new.
 func (s *Scheduler) ensureMaintenanceJob(fn string) (bool, error) {
+	isNew, err := s.registerMaintenance(fn)
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	e := s.jobs[fn]
+	s.mu.Unlock()
+	e.mu.Lock()
+	ran := !e.lastRun.IsZero()
+	e.mu.Unlock()
+	if !ran {
+		go e.wrapped.Run()
+	}
+	return isNew, nil
+}
+
+// registerMaintenance registers the job of maintenance function fn unless
+// it exists. Reports whether it was new.
+func (s *Scheduler) registerMaintenance(fn string) (bool, error) {
 	s.mu.Lock()
 	_, ok := s.jobs[fn]
 	s.mu.Unlock()
@@ -316,11 +337,46 @@ func (s *Scheduler) ensureMaintenanceJob(fn string) (bool, error) {
 	if err := s.register(j, s.timeoutFor(fn)); err != nil {
 		return false, err
 	}
-	s.mu.Lock()
-	e := s.jobs[fn]
-	s.mu.Unlock()
-	go e.wrapped.Run()
 	return true, nil
+}
+
+// MaintenanceFunc is one maintenance function of the installed schema
+// (fanout.maint_functions()) with the schedule this scheduler gives it.
+type MaintenanceFunc struct {
+	Func     string `json:"func"`
+	Purpose  string `json:"purpose"`
+	Schedule string `json:"schedule"`
+}
+
+// MaintenanceFuncs lists every maintenance function the installed schema
+// has (due or not) with the schedule that cfg's rules give it: --schedule,
+// else --default-schedule, else the built-in default. A schema without
+// fanout.maint_functions() (older than this binary) yields none.
+func MaintenanceFuncs(ctx context.Context, db DB, cfg SchedulerConfig) ([]MaintenanceFunc, error) {
+	cfg = cfg.withDefaults()
+	isBF, err := regexp.Compile(cfg.BackfillMatch)
+	if err != nil {
+		return nil, fmt.Errorf("backfill match: %w", err)
+	}
+	var out []MaintenanceFunc
+	rows, err := db.Query(ctx, `SELECT func, purpose FROM fanout.maint_functions() ORDER BY 1`)
+	if err == nil {
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (MaintenanceFunc, error) {
+			var f MaintenanceFunc
+			return f, r.Scan(&f.Func, &f.Purpose)
+		})
+	}
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42883" {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("maint_functions: %w", err)
+	}
+	for i := range out {
+		out[i].Schedule = scheduleFor(cfg, isBF, out[i].Func)
+	}
+	return out, nil
 }
 
 // scheduled is what cron runs: on the leader only, after jitter.
@@ -478,6 +534,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.started = s.cfg.Clock.Now()
 	s.mu.Unlock()
 	s.log.Info("scheduler starting", "leader_id", s.elector.ID(), "leader_ttl", s.cfg.LeaderTTL.String())
+	s.registerKnownMaintenance(ctx)
 
 	electCtx, stopElect := context.WithCancel(context.Background())
 	elected := make(chan struct{})
@@ -518,6 +575,31 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	s.log.Info("scheduler stopped")
 	return err
+}
+
+// registerKnownMaintenance registers a job for every maintenance function
+// of the installed schema, due or not, and logs them with their schedules,
+// so that the jobs show at once (in the log, /metrics and /healthz) rather
+// than one by one as fanout.maint_operations() first lists them. Failing
+// here is not fatal: the discover job finds the functions later.
+func (s *Scheduler) registerKnownMaintenance(ctx context.Context) {
+	lctx, cancel := context.WithTimeout(ctx, s.cfg.JobTimeout)
+	defer cancel()
+	fns, err := MaintenanceFuncs(lctx, s.db, s.cfg)
+	if err != nil {
+		s.log.Warn("cannot list the maintenance functions; the discover job will find them", "error", err)
+		return
+	}
+	list := make([]string, 0, len(fns))
+	for _, f := range fns {
+		if _, err := s.registerMaintenance(f.Func); err != nil {
+			s.log.Warn("cannot register a maintenance function", "func", f.Func, "error", err)
+			continue
+		}
+		list = append(list, f.Func+" "+f.Schedule)
+	}
+	s.log.Info("maintenance functions", "count", len(list), "functions", list,
+		"discover_schedule", s.cfg.DiscoverSchedule)
 }
 
 // cronLogger adapts slog to cron.Logger.

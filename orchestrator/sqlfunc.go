@@ -52,7 +52,7 @@ func resolveFunc(ctx context.Context, db DB, name string) (string, error) {
 // has nothing to do.
 func dueArgs(ctx context.Context, db DB, fn string, now time.Time) ([]*string, error) {
 	rows, err := db.Query(ctx,
-		`SELECT arg FROM fanout.maint_operations(p_now => $1) WHERE func = $2`, now, fn)
+		`SELECT arg FROM fanout.maint_operations($1) WHERE func = $2`, now, fn)
 	if err != nil {
 		return nil, fmt.Errorf("maint_operations: %w", err)
 	}

@@ -77,6 +77,10 @@ type Stats struct {
 	// Leader is nil when no sidecar holds the role (or the table is not
 	// readable by this user).
 	Leader *LeaderInfo
+	// Maintenance lists the schema's maintenance functions with their
+	// schedules (MaintenanceFuncs); ReadStats leaves it nil, `status` fills
+	// it in.
+	Maintenance []MaintenanceFunc
 }
 
 // ErrNotInstalled means the fanout schema is missing: run migrate.

@@ -86,6 +86,18 @@ func WriteStatus(w io.Writer, st *Stats) error {
 			}
 		}
 	}
+	if st.Maintenance != nil {
+		b.WriteString("\nMAINTENANCE (every function the schema has; each runs when fanout.maint_operations() says it is due)\n")
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "FUNCTION\tSCHEDULE\tPURPOSE")
+		for _, f := range st.Maintenance {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Func, f.Schedule, f.Purpose)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		b.WriteString("(schedules as `pgq-scheduler run` sets them by default; --schedule and --default-schedule change them)\n")
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -10,6 +10,11 @@
 #                                      NAME as its streaming standby on PORT; prints its URL (make chaos)
 #   scripts/devdb.sh promote NAME      promote the standby NAME (pg_ctl promote)
 #   scripts/devdb.sh destroy NAME      stop cluster NAME at once and delete its data
+#   scripts/devdb.sh reset NAME        stop cluster NAME and delete its data
+#
+# DEVDB_OPTS adds server options when a cluster starts (e.g.
+# "-c shared_preload_libraries=pg_cron"). Cluster `test` runs with fsync off
+# (throwaway data); every other cluster is durable (fsync on).
 #
 # Data lives under .pgq-dev/NAME in the checkout (git-ignored). PostgreSQL refuses
 # to run as root, so as root the cluster runs as the OS user `postgres` (created
@@ -113,13 +118,26 @@ case "$cmd" in
       log "cluster $name already running"
     else
       opts="-p $port -c listen_addresses=127.0.0.1 -k $dir -c max_connections=300 -c shared_buffers=256MB"
-      opts="$opts -c max_locks_per_transaction=256 -c max_prepared_transactions=20"
+      opts="$opts -c max_locks_per_transaction=256 -c max_prepared_transactions=20 ${DEVDB_OPTS:-}"
       if [ "$name" = test ]; then
         # throwaway test data: durability buys nothing here
         opts="$opts -c fsync=off -c full_page_writes=off -c synchronous_commit=off"
       fi
-      run_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$opts" start >/dev/null \
-        || { tail -20 "$dir/server.log" >&2; exit 1; }
+      # The port lies in Linux's ephemeral range (32768-60999): an outgoing
+      # connection of any process may hold it for a moment. Retry that case.
+      for attempt in 1 2 3 4 5 6; do
+        before=$( (wc -c <"$dir/server.log") 2>/dev/null || echo 0)
+        if run_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$opts" start >/dev/null; then
+          break
+        fi
+        if [ "$attempt" -lt 6 ] && tail -c +"$((before + 1))" "$dir/server.log" | grep -q "Address already in use"; then
+          log "port $port is taken for now (attempt $attempt); retrying"
+          sleep 2
+          continue
+        fi
+        tail -20 "$dir/server.log" >&2
+        exit 1
+      done
       log "cluster $name listening on 127.0.0.1:$port"
     fi
     url
@@ -160,5 +178,11 @@ case "$cmd" in
       run_pg "$bindir/pg_ctl" -D "$d/data" -m fast -w stop >/dev/null 2>&1 || true
     done
     ;;
-  *) echo "usage: $0 start|stop|url|crash|standby|promote|destroy NAME [PORT [PRIMARY_PORT]]" >&2; exit 2 ;;
+  reset)
+    "$0" stop "$name"
+    for d in "$dir" "$(readlink -f "$base/$name.link" 2>/dev/null || true)"; do
+      if [ -n "$d" ] && [ -d "$d/data" ]; then rm -rf "$d/data"; fi
+    done
+    ;;
+  *) echo "usage: $0 start|stop|reset|url|crash|standby|promote|destroy NAME [PORT [PRIMARY_PORT]]" >&2; exit 2 ;;
 esac

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Pub/sub in offset mode (issue 3): every group gets every message, members
+// Pub/sub in offset mode (docs/design.md §1.1): every group gets every message, members
 // of a group compete, groups have independent positions and lifecycles.
 
 func (b *bundle) subscribe(t *testing.T, topic, group string, args ...string) (status string, start *int64) {

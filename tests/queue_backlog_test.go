@@ -9,7 +9,7 @@ import (
 )
 
 // A backlog of 1,000,000 messages drains in bounded pages: every read is an
-// index scan that stops after max_messages rows (DESIGN §4), so no page is
+// index scan that stops after max_messages rows (docs/architecture.md, "The read path"), so no page is
 // over 100, every message arrives exactly once, and the slowest read call is
 // logged (no timed assertion on a shared machine).
 func TestQueueBacklogMillion(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 
 // qDigest is a fingerprint of everything pgq stores in the database: the
 // catalog rows and every message table's contents. Bad input must leave it
-// unchanged (invariant 8: no partial state).
+// unchanged (docs/design.md §3.8: no partial state).
 func (b *bundle) qDigest(t *testing.T) string {
 	t.Helper()
 	var d string

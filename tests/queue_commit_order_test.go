@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Invariant 2: A publishes first (lower id, lower txid) and commits after B's
+// Invariant 2 (docs/design.md §3.2): A publishes first (lower id, lower txid) and commits after B's
 // message was read and acked; A's message is still delivered.
 func TestQueueOutOfOrderCommit(t *testing.T) {
 	t.Parallel()
@@ -160,7 +160,7 @@ func TestQueueOutOfOrderCommitManyProducers(t *testing.T) {
 	}
 }
 
-// Invariant 3: a transaction holding an xid open (on an unrelated table) does
+// Invariant 3 (docs/design.md §3.3): a transaction holding an xid open (on an unrelated table) does
 // not delay messages other transactions commit meanwhile: all 1,000 arrive
 // while it is still open.
 func TestQueueLongTransactionDoesNotStall(t *testing.T) {

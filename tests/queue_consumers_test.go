@@ -14,7 +14,7 @@ import (
 )
 
 // qLeaseOverlaps counts pairs of leases of a topic that hold the same message
-// with overlapping [created_at, expires_at) intervals (invariant 5), and
+// with overlapping [created_at, expires_at) intervals (docs/design.md §3.5), and
 // messages delivered again after a lease had already settled them.
 func (b *bundle) qLeaseOverlaps(t *testing.T, topic string) (overlaps, afterSettle int64) {
 	t.Helper()
@@ -33,7 +33,7 @@ func (b *bundle) qLeaseOverlaps(t *testing.T, topic string) (overlaps, afterSett
 	return overlaps, afterSettle
 }
 
-// Invariant 5 and exactly-once: 4 consumers on their own connections compete
+// Invariant 5 (docs/design.md §3.5) and exactly-once: 4 consumers on their own connections compete
 // for 10,000 messages.
 //   - With long leases and everyone acking, each message is delivered
 //     exactly once and the union of what was acked is everything published.
@@ -191,7 +191,7 @@ func TestQueueCompetingConsumers(t *testing.T) {
 	})
 }
 
-// Invariant 4: a consumer reads 100 messages under a 1-second lease and
+// Invariant 4 (docs/design.md §3.4): a consumer reads 100 messages under a 1-second lease and
 // disappears. Once the lease has expired another consumer gets exactly those
 // 100 (attempt 2); the stale lease's ack is fenced with PGQ11. An ack on an
 // expired lease whose messages nobody took succeeds.

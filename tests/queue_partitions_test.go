@@ -238,7 +238,7 @@ func TestQueuePartitionMaxRetention(t *testing.T) {
 	require.Equal(t, []int64{id}, ids(b.qDrain(t, b.Pool, topic, "c", 100)))
 }
 
-// Invariant 7: the consume path (read, ack, nack, retries, lease expiry,
+// Invariant 7 (docs/design.md §3.7): the consume path (read, ack, nack, retries, lease expiry,
 // dead letters, replay) never updates or deletes a row of a message table.
 func TestQueueConsumePathIsAppendOnly(t *testing.T) {
 	t.Parallel()

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Reference (bitmap) completion mode (issue 4): per-message required and
+// Reference (bitmap) completion mode (docs/design.md §1.1): per-message required and
 // completed group sets, batched backfill and dead-group release.
 
 func (b *bundle) refTopic(t *testing.T, topic string, opts ...string) {
@@ -448,7 +448,7 @@ func TestReferenceBackfillWaitsForWritersRunningAtItsStart(t *testing.T) {
 	require.Empty(t, b.checkConsistency(t))
 }
 
-// Invariant 6: COMPLETED messages are never modified (a late joiner's
+// Invariant 6 (docs/design.md §3.6): COMPLETED messages are never modified (a late joiner's
 // backfill and a seek back leave them alone), and a partition holding a
 // message some required group has not acked is never reclaimed before
 // max_retention, however old.

@@ -160,6 +160,9 @@ func runStatus(ctx context.Context, o *options, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
+	if st.Maintenance, err = orchestrator.MaintenanceFuncs(ctx, connDB{conn}, orchestrator.SchedulerConfig{}); err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
 	return orchestrator.WriteStatus(stdout, st)
 }
 

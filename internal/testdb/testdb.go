@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
@@ -203,41 +204,99 @@ func New(t testing.TB) *Bundle {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	tpl := template(ctx, t)
-	admin := ServerURL(t)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "pgq_t_" + hex.EncodeToString(b[:])
+	b, err := create(ctx, ServerURL(t), tpl)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if err := b.Drop(); err != nil {
+			t.Logf("testdb: %v", err)
+		}
+	})
+	return b
+}
+
+// NewMain is New for TestMain, where there is no *testing.T yet (example
+// functions, for one, share a database made here). The caller drops the
+// database with Bundle.Drop.
+func NewMain() (*Bundle, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var tb mainTB
+	var b *Bundle
+	var err error
+	func() {
+		defer func() {
+			if r := recover(); r != nil && r != errMainTB {
+				panic(r)
+			}
+		}()
+		tpl := template(ctx, &tb)
+		b, err = create(ctx, ServerURL(&tb), tpl)
+	}()
+	if tb.err != nil {
+		return nil, tb.err
+	}
+	return b, err
+}
+
+func create(ctx context.Context, admin, tpl string) (*Bundle, error) {
+	var rb [6]byte
+	_, _ = rand.Read(rb[:])
+	name := "pgq_t_" + hex.EncodeToString(rb[:])
 
 	conn, err := pgx.Connect(ctx, admin)
-	require.NoError(t, err)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", admin, err)
+	}
 	_, err = conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s",
 		pgx.Identifier{name}.Sanitize(), pgx.Identifier{tpl}.Sanitize()))
 	conn.Close(ctx)
-	require.NoError(t, err)
+	if err != nil {
+		return nil, fmt.Errorf("create database %s: %w", name, err)
+	}
 
 	dbURL := WithDatabase(admin, name)
 	cfg, err := pgxpool.ParseConfig(dbURL)
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	cfg.MaxConns = 40
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-
-	t.Cleanup(func() {
-		pool.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			t.Logf("testdb: cleanup connect: %v", err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Logf("testdb: drop %s: %v", name, err)
-		}
-	})
-	return &Bundle{Pool: pool, URL: dbURL, DBName: name, Admin: admin}
+	if err != nil {
+		return nil, err
+	}
+	return &Bundle{Pool: pool, URL: dbURL, DBName: name, Admin: admin}, nil
 }
+
+// Drop closes the pool and drops the database.
+func (b *Bundle) Drop() error {
+	b.Pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, b.Admin)
+	if err != nil {
+		return fmt.Errorf("cleanup connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{b.DBName}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop %s: %w", b.DBName, err)
+	}
+	return nil
+}
+
+// mainTB is the part of testing.TB that template and ServerURL use, for
+// NewMain: a failed require stops the helper with errMainTB.
+type mainTB struct {
+	testing.TB
+	err error
+}
+
+var errMainTB = errors.New("testdb: setup failed")
+
+func (m *mainTB) Helper() {}
+func (m *mainTB) Errorf(format string, args ...any) {
+	m.err = fmt.Errorf(format, args...)
+}
+func (m *mainTB) FailNow() { panic(errMainTB) }
 
 // Conn opens a dedicated connection to the test database (for tests that
 // need a session of their own: open transactions, LISTEN, roles).

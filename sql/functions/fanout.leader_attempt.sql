@@ -1,18 +1,22 @@
--- fanout.leader_attempt(p_leader_id, p_ttl, p_name): elects or re-elects a
--- leader for role p_name (default 'pgq-scheduler'). The caller becomes (or
+-- fanout.leader_attempt(leader_id, ttl, name): elects or re-elects a
+-- leader for role name (default 'pgq-scheduler'). The caller becomes (or
 -- stays) leader when the role is free, expired, or already its own; the
--- lease then runs until now() + p_ttl on the database's clock.
--- Returns true when p_leader_id is the leader after the call.
+-- lease then runs until now() + ttl on the database's clock.
+-- Returns true when leader_id is the leader after the call.
 -- Raises PGQ03 for NULL/empty ids or a TTL not in (0, 1 hour].
 -- Tables: fanout.leader.
 CREATE OR REPLACE FUNCTION fanout.leader_attempt(
-    p_leader_id text, p_ttl interval, p_name text DEFAULT 'pgq-scheduler')
+    leader_id text, ttl interval, name text DEFAULT 'pgq-scheduler')
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
+#variable_conflict use_column
 DECLARE
-    v_leader text;
+    p_leader_id ALIAS FOR $1;
+    p_ttl       ALIAS FOR $2;
+    p_name      ALIAS FOR $3;
+    v_leader    text;
 BEGIN
     PERFORM fanout._check_name('leader_id', p_leader_id);
     PERFORM fanout._check_name('name', p_name);

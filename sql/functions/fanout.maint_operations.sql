@@ -1,4 +1,4 @@
--- fanout.maint_operations(p_now): the maintenance calls that are due, as
+-- fanout.maint_operations(now): the maintenance calls that are due, as
 -- (func, arg) rows, so the pgq-scheduler sidecar (or pg_cron, or
 -- fanout.run_maintenance) never hard-codes SQL. Call each as
 -- SELECT func(p_now => now()) -- or func(arg, p_now => ...) when arg is not
@@ -6,7 +6,7 @@
 -- bounded and takes its own advisory lock.
 -- Reads fanout.topic, fanout.partition, fanout.lease, fanout.member,
 -- fanout.event_log, fanout.consumer_group, fanout.bitmap_job, fanout.topic_state.
-CREATE OR REPLACE FUNCTION fanout.maint_operations(p_now timestamptz DEFAULT now())
+CREATE OR REPLACE FUNCTION fanout.maint_operations(now timestamptz DEFAULT now())
 RETURNS TABLE(func text, arg text)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -14,21 +14,21 @@ AS $fn$
     SELECT 'fanout._detect_dead_groups', NULL::text
     WHERE EXISTS (SELECT 1 FROM fanout.consumer_group g
                   WHERE g.status = 'active' AND g.group_name IS NOT NULL
-                    AND greatest(g.last_heartbeat, g.last_read_at) < p_now - g.heartbeat_timeout)
+                    AND greatest(g.last_heartbeat, g.last_read_at) < $1 - g.heartbeat_timeout)
     UNION ALL
     SELECT 'fanout._manage_partitions', NULL
     WHERE EXISTS (SELECT 1 FROM fanout.partition p JOIN fanout.topic t ON t.topic_id = p.topic_id
-                  WHERE p.closed_at IS NULL AND p.created_at <= p_now - t.partition_interval)
+                  WHERE p.closed_at IS NULL AND p.created_at <= $1 - t.partition_interval)
     UNION ALL
     SELECT 'fanout._cleanup_partitions', NULL
     WHERE EXISTS (SELECT 1 FROM fanout.partition p WHERE p.closed_at IS NOT NULL)
     UNION ALL
     SELECT 'fanout._cleanup_bookkeeping', NULL
-    WHERE EXISTS (SELECT 1 FROM fanout.lease l WHERE l.open_count = 0 AND l.closed_at < p_now - interval '1 hour')
-       OR EXISTS (SELECT 1 FROM fanout.member m WHERE m.last_seen < p_now - interval '7 days')
-       OR EXISTS (SELECT 1 FROM fanout.event_log e WHERE e.at < p_now - interval '30 days')
+    WHERE EXISTS (SELECT 1 FROM fanout.lease l WHERE l.open_count = 0 AND l.closed_at < $1 - interval '1 hour')
+       OR EXISTS (SELECT 1 FROM fanout.member m WHERE m.last_seen < $1 - interval '7 days')
+       OR EXISTS (SELECT 1 FROM fanout.event_log e WHERE e.at < $1 - interval '30 days')
        OR EXISTS (SELECT 1 FROM fanout.dedupe d JOIN fanout.topic t ON t.topic_id = d.topic_id
-                  WHERE d.created_at < p_now - t.dedupe_window)
+                  WHERE d.created_at < $1 - t.dedupe_window)
     UNION ALL
     SELECT 'fanout._bitmap_step', NULL
     WHERE EXISTS (SELECT 1 FROM fanout.bitmap_job j WHERE j.status IN ('not_started', 'in_progress'))

@@ -32,6 +32,7 @@ GRANT EXECUTE ON FUNCTION
     fanout.replay_dead_letters(text, text, bigint[]),
     fanout.purge_dead_letters(text, text, interval),
     fanout.maint_operations(timestamptz),
+    fanout.maint_functions(),
     fanout.run_maintenance(timestamptz),
     fanout._manage_partitions(timestamptz),
     fanout._cleanup_partitions(timestamptz),
