@@ -35,7 +35,7 @@ func ciPort(t *testing.T) int {
 		require.NoError(t, err, "PGQ_TEST_CHAOS_PORT")
 		return n
 	}
-	return 55442
+	return 55444 // make test: CHAOS_CI_PORT, TEST_PORT + 11
 }
 
 // TestChaosShort is the CI version of make chaos: a 60-second soak with at
