@@ -14,11 +14,11 @@ AS $fn$
     SELECT 'fanout._detect_dead_groups', NULL::text
     WHERE EXISTS (SELECT 1 FROM fanout.consumer_group g
                   WHERE g.status = 'active' AND g.group_name IS NOT NULL
-                    AND greatest(g.last_heartbeat, g.last_read_at) < p_now - g.heartbeat_timeout)
+                    AND p_now - greatest(g.last_heartbeat, g.last_read_at) > g.heartbeat_timeout)
     UNION ALL
     SELECT 'fanout._manage_partitions', NULL
     WHERE EXISTS (SELECT 1 FROM fanout.partition p JOIN fanout.topic t ON t.topic_id = p.topic_id
-                  WHERE p.closed_at IS NULL AND p.created_at <= p_now - t.partition_interval)
+                  WHERE p.closed_at IS NULL AND p_now - p.created_at >= t.partition_interval)
     UNION ALL
     SELECT 'fanout._cleanup_partitions', NULL
     WHERE EXISTS (SELECT 1 FROM fanout.partition p WHERE p.closed_at IS NOT NULL)

@@ -15,6 +15,7 @@
 -- A candidate is checked, then locked (ACCESS EXCLUSIVE, waiting at most
 -- 200 ms: a transaction still writing into it keeps it for a later round),
 -- then checked again, so a message committed in between is never lost.
+-- A topic that fails is logged (fanout._maint_failed) and skipped.
 -- Bounded: at most 10 partitions per call. Returns how many were emptied;
 -- call again while it returns > 0. Takes its own advisory lock.
 -- Tables: fanout.partition, fanout.consumer_group, fanout.lease,
@@ -38,6 +39,7 @@ BEGIN
         RETURN 0;
     END IF;
     FOR v_t IN SELECT * FROM fanout.topic t ORDER BY t.topic_id LOOP
+        BEGIN  -- one topic's failure is logged and skipped (fanout._maint_failed)
         FOR v_p IN
             SELECT * FROM fanout.partition p
             WHERE p.topic_id = v_t.topic_id AND p.closed_at IS NOT NULL AND p.truncated_at IS NULL
@@ -118,6 +120,9 @@ BEGIN
                 EXIT;
             END;
         END LOOP;
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM fanout._maint_failed('fanout._cleanup_partitions', v_t.topic_id, NULL, SQLSTATE, SQLERRM);
+        END;
     END LOOP;
     RETURN v_done;
 END
