@@ -394,3 +394,44 @@ func (b *bundle) tWaitBlocked(t *testing.T, conn *pgx.Conn) {
 		}
 	}
 }
+
+// A reference-mode bitmap job that keeps failing is marked failed and
+// logged, and the other topics' jobs go on (before, it was picked first on
+// every call and every call failed).
+func TestMaintenancePoisonedBitmapJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, topic := range []string{"r.poison", "r.good"} {
+		b.createTopic(t, b.Pool, topic, "'pubsub'", "'reference'")
+		_, err := b.Pool.Exec(b.ctx, "SELECT fanout.subscribe($1, 'first')", topic)
+		require.NoError(t, err)
+		b.qPublishN(t, b.Pool, topic, 0, 5)
+		_, err = b.Pool.Exec(b.ctx, "SELECT fanout.subscribe($1, 'late', 'earliest')", topic)
+		require.NoError(t, err)
+	}
+	// A job row no step can make progress with (written directly).
+	_, err := b.Pool.Exec(b.ctx, `UPDATE fanout.bitmap_job j SET batch_size = 0
+		FROM fanout.consumer_group g JOIN fanout.topic t USING (topic_id)
+		WHERE g.group_id = j.group_id AND t.topic = 'r.poison'`)
+	require.NoError(t, err)
+	for i := 0; i < 20; i++ {
+		var n int
+		require.NoError(t, b.Pool.QueryRow(b.ctx, "SELECT fanout._bitmap_step()").Scan(&n), "step %d", i)
+		if n == 0 {
+			break
+		}
+	}
+	status := func(topic string) string {
+		var st string
+		require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT backfill_status FROM fanout.groups
+			WHERE topic = $1 AND group_name = 'late'`, topic).Scan(&st))
+		return st
+	}
+	require.Equal(t, "completed", status("r.good"))
+	require.Equal(t, "failed", status("r.poison"))
+	var logged int
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fanout.event_log
+		WHERE kind = 'maintenance_failed' AND topic = 'r.poison' AND detail->>'function' = 'fanout._bitmap_step'`).Scan(&logged))
+	require.Equal(t, 1, logged)
+	require.Len(t, b.read(t, b.Pool, "r.good", ptr("late"), "c", 10, "1 minute"), 5)
+}
