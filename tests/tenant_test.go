@@ -208,12 +208,37 @@ func TestTenantRoleMatrix(t *testing.T) {
 		}
 	}
 
-	// Checks that span every tenant need an admin grant on '%'.
-	_, err = conns["adm"]["own"].Exec(b.ctx, "SELECT * FROM fanout.check_consistency()")
-	requireSQLState(t, err, "PGQ21")
+	// Calls that act on every tenant need an admin grant on '%': a tenant's
+	// admin could otherwise run maintenance with a p_now years ahead (and
+	// drop everyone's data as past retention) or take the sidecar's
+	// leadership (and stop its maintenance).
+	global := []string{
+		"SELECT * FROM fanout.check_consistency()",
+		"SELECT fanout.run_maintenance(now() + interval '3650 days')",
+		"SELECT count(*) FROM fanout.maint_operations()",
+		"SELECT fanout._manage_partitions()",
+		"SELECT fanout._cleanup_partitions(now() + interval '3650 days')",
+		"SELECT fanout._cleanup_bookkeeping()",
+		"SELECT fanout._detect_dead_groups()",
+		"SELECT fanout._cleanup_groups()",
+		"SELECT fanout._bitmap_step()",
+		"SELECT fanout._refresh_topic_state()",
+		"SELECT fanout.leader_attempt('tenant-a', '1 hour', 'pgq-scheduler')",
+		"SELECT fanout.leader_resign('sidecar', 'pgq-scheduler')",
+	}
+	for _, sql := range global {
+		for _, rel := range []string{"none", "other", "own"} {
+			before := b.qDigest(t)
+			_, err := conns["adm"][rel].Exec(b.ctx, sql)
+			require.Equal(t, "PGQ21", qState(err), "%s: %s: %v", rel, sql, err)
+			require.Equal(t, before, b.qDigest(t), "%s: %s left partial state", rel, sql)
+		}
+	}
 	b.tGrant(t, b.Pool, "%", "fanout_admin", "admin")
-	_, err = conns["adm"]["own"].Exec(b.ctx, "SELECT * FROM fanout.check_consistency()")
-	require.NoError(t, err)
+	for _, sql := range global {
+		_, err = conns["adm"]["own"].Exec(b.ctx, sql)
+		require.NoError(t, err, sql)
+	}
 }
 
 // A consumer of tenant b cannot ack, nack or extend tenant a's lease by

@@ -35,6 +35,7 @@ DECLARE
     v_total    bigint;
     v_timeout  text := current_setting('lock_timeout');
 BEGIN
+    PERFORM fanout._authorize_all();  -- acts on every tenant
     IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_partitions', 0)) THEN
         RETURN 0;
     END IF;

@@ -19,6 +19,7 @@ DECLARE
     g       record;
     v_done  int := 0;
 BEGIN
+    PERFORM fanout._authorize_all();  -- acts on every tenant
     IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:detect_dead_groups', 0)) THEN
         RETURN 0;
     END IF;

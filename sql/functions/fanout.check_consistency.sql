@@ -9,7 +9,7 @@
 -- requires a group that is gone (dead or cancelled with its release done,
 -- or deleted).
 -- Reports on every tenant, so the caller needs an admin grant on '%' (all
--- topics), as checked by fanout._check_grant_args; raises PGQ21 otherwise.
+-- topics, fanout._authorize_all); raises PGQ21 otherwise.
 -- Tables: every fanout table, pg_class, fanout_data.* (reference mode).
 CREATE OR REPLACE FUNCTION fanout.check_consistency()
 RETURNS TABLE(topic text, group_name text, message_id bigint, status text, problem text)
@@ -21,7 +21,7 @@ DECLARE
     v_t    fanout.topic;
     v_gone bigint;
 BEGIN
-    PERFORM fanout._check_grant_args('%', 'fanout_admin', 'admin');
+    PERFORM fanout._authorize_all();
     RETURN QUERY
     SELECT t.topic, g.group_name, NULL::bigint, 'error'::text,
            format('lease %s: arrays of different lengths (%s ids, %s txids, %s attempts)',

@@ -2,6 +2,7 @@
 -- Frozen into sql/migrations by `make snapshot-sql` (tern code snapshot).
 {{ template "fanout._assign_bit.sql" . }}
 {{ template "fanout._authorize.sql" . }}
+{{ template "fanout._authorize_all.sql" . }}
 {{ template "fanout._backfill_from.sql" . }}
 {{ template "fanout._bitmap_step.sql" . }}
 {{ template "fanout._caller.sql" . }}

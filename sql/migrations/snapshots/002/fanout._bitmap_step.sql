@@ -40,6 +40,7 @@ DECLARE
     v_set   text;
     v_where text;
 BEGIN
+    PERFORM fanout._authorize_all();  -- acts on every tenant
     SELECT j.* INTO v_j FROM fanout.bitmap_job j
     WHERE j.status IN ('not_started', 'in_progress') AND (p_group_id IS NULL OR j.group_id = p_group_id)
     ORDER BY j.updated_at

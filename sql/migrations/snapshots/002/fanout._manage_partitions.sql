@@ -35,6 +35,7 @@ DECLARE
     v_ref    bigint;
     v_run    bigint;
 BEGIN
+    PERFORM fanout._authorize_all();  -- acts on every tenant
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'fanout._manage_partitions must run in READ COMMITTED, not %',
             upper(current_setting('transaction_isolation')) USING ERRCODE = 'PGQ09';

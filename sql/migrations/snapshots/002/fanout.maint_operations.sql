@@ -11,6 +11,7 @@ RETURNS TABLE(func text, arg text)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
+    SELECT fanout._authorize_all();  -- acts on every tenant
     SELECT 'fanout._detect_dead_groups', NULL::text
     WHERE EXISTS (SELECT 1 FROM fanout.consumer_group g
                   WHERE g.status = 'active' AND g.group_name IS NOT NULL
