@@ -792,7 +792,11 @@ func (c *Consumer) nack(ctx context.Context, leaseID, id int64, herr error) {
 	if errors.As(herr, &re) {
 		retry = c.interval(max(re.After, 0))
 	}
-	if _, err := c.pool.Exec(ctx, sqlNack, leaseID, []int64{id}, retry, herr.Error()); err != nil {
+	msg := herr.Error()
+	if r := []rune(msg); len(r) > maxNackError { // fanout.nack refuses longer error texts (PGQ03)
+		msg = string(r[:maxNackError])
+	}
+	if _, err := c.pool.Exec(ctx, sqlNack, leaseID, []int64{id}, retry, msg); err != nil {
 		c.errs.Add(1)
 		c.cfg.Logger.Warn("pgq client: nack failed; the message comes back after the lease",
 			"lease_id", leaseID, "message_id", id, "error", err)
@@ -800,6 +804,9 @@ func (c *Consumer) nack(ctx context.Context, leaseID, id int64, herr error) {
 	}
 	c.nacked.Add(1)
 }
+
+// maxNackError is the longest error text fanout.nack accepts (characters).
+const maxNackError = 8192
 
 // fatalError marks errors that retrying cannot fix.
 type fatalError struct{ err error }

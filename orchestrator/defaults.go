@@ -8,11 +8,14 @@ import (
 // Defaults of every setting, in one place. The CLI shows the same values in
 // its --help and the README documents them.
 const (
-	DefaultLeaderName       = "pgq-scheduler"
-	DefaultLeaderTTL        = 15 * time.Second
-	DefaultShutdownTimeout  = 30 * time.Second
-	DefaultJobTimeout       = time.Minute
-	DefaultBatchLimit       = 100
+	DefaultLeaderName      = "pgq-scheduler"
+	DefaultLeaderTTL       = 15 * time.Second
+	DefaultShutdownTimeout = 30 * time.Second
+	DefaultJobTimeout      = time.Minute
+	DefaultBatchLimit      = 100
+	// FailingRunsUnhealthy is how many failed runs in a row of one job
+	// (discover included) turn /healthz to 503 even before the job is overdue.
+	FailingRunsUnhealthy    = 3
 	DefaultJitter           = time.Second
 	DefaultSchedule         = "@every 10s"
 	DefaultCleanupSchedule  = "@every 30s"

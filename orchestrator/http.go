@@ -23,7 +23,8 @@ type Health struct {
 }
 
 // Health reports whether the database is reachable and, on the leader,
-// whether every job succeeded within its window.
+// whether every job succeeded within its window and none keeps failing
+// (FailingRunsUnhealthy runs in a row).
 func (s *Scheduler) Health(ctx context.Context) Health {
 	h := Health{Status: "ok", Database: "up", Leader: s.elector.IsLeader(), LeaderID: s.elector.ID(), Jobs: s.Jobs()}
 	pctx, cancel := context.WithTimeout(ctx, statsTimeout)
@@ -33,8 +34,12 @@ func (s *Scheduler) Health(ctx context.Context) Health {
 		h.Reason = "database unreachable: " + oneLine(err.Error())
 		return h
 	}
-	var overdue []string
+	var overdue, failing []string
 	for _, j := range h.Jobs {
+		if j.Failing && !j.Overdue {
+			failing = append(failing, fmt.Sprintf("%s (%d runs in a row, last error: %s)", j.Name, j.FailingRuns,
+				oneLine(j.LastError)))
+		}
 		if j.Overdue {
 			why := "never succeeded"
 			if !j.LastSuccess.IsZero() {
@@ -46,9 +51,16 @@ func (s *Scheduler) Health(ctx context.Context) Health {
 			overdue = append(overdue, fmt.Sprintf("%s (%s)", j.Name, why))
 		}
 	}
+	var reasons []string
 	if len(overdue) > 0 {
+		reasons = append(reasons, "jobs overdue: "+strings.Join(overdue, "; "))
+	}
+	if len(failing) > 0 {
+		reasons = append(reasons, "jobs failing: "+strings.Join(failing, "; "))
+	}
+	if len(reasons) > 0 {
 		h.Status = "unavailable"
-		h.Reason = "jobs overdue: " + strings.Join(overdue, "; ")
+		h.Reason = strings.Join(reasons, "; ")
 	}
 	return h
 }

@@ -135,3 +135,40 @@ func TestEndpointsWithoutDatabase(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "pgq_database_up 0")
 }
+
+// /healthz turns 503 as soon as a job (discover included) failed
+// FailingRunsUnhealthy runs in a row, without waiting for the job's window
+// (before, discovery failed 8 times in a row while /healthz said 200), and
+// back to 200 after a success.
+func TestHealthzJobKeepsFailing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	clk := newFakeClock(b.dbNow(t))
+	s := b.scheduler(t, SchedulerConfig{Clock: clk, LeaderTTL: time.Hour, LeaderID: "f",
+		DiscoverSchedule: "@every 1h", JobTimeout: 2 * time.Second})
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	require.NoError(t, s.elector.attempt(b.ctx))
+	require.True(t, s.IsLeader())
+	// Election triggers a discover run at once; let it finish first.
+	require.Eventually(t, func() bool { return jobStatus(t, s, discoverJobName).Runs == 1 },
+		5*time.Second, 10*time.Millisecond)
+
+	b.exec(t, `ALTER FUNCTION fanout.maint_operations(timestamptz) RENAME TO maint_operations_gone`)
+	for i := 1; i <= FailingRunsUnhealthy; i++ {
+		_, err := s.RunJob(b.ctx, discoverJobName)
+		require.Error(t, err)
+		code, h := health(t, srv.URL)
+		if i < FailingRunsUnhealthy {
+			require.Equal(t, http.StatusOK, code, "failure %d: %s", i, h.Reason)
+			continue
+		}
+		require.Equal(t, http.StatusServiceUnavailable, code)
+		require.Contains(t, h.Reason, "jobs failing: discover (3 runs in a row, last error: discover: maint_operations: ")
+	}
+	b.exec(t, `ALTER FUNCTION fanout.maint_operations_gone(timestamptz) RENAME TO maint_operations`)
+	_, err := s.RunJob(b.ctx, discoverJobName)
+	require.NoError(t, err)
+	code, h := health(t, srv.URL)
+	require.Equal(t, http.StatusOK, code, h.Reason)
+}

@@ -136,6 +136,7 @@ type entry struct {
 	lastSuccess time.Time
 	lastErr     string
 	lastDur     time.Duration
+	failStreak  int64 // runs in a row that failed
 }
 
 // JobStatus is a snapshot of one job's state.
@@ -152,6 +153,11 @@ type JobStatus struct {
 	// Overdue is true on the leader when the job has not succeeded within
 	// its window (two intervals plus its timeout and jitter).
 	Overdue bool `json:"overdue,omitempty"`
+	// FailingRuns is how many runs in a row failed (0 after a success).
+	FailingRuns int64 `json:"failing_runs,omitempty"`
+	// Failing is true on the leader when the last FailingRunsUnhealthy runs
+	// or more all failed, even within the job's window.
+	Failing bool `json:"failing,omitempty"`
 }
 
 // Scheduler runs maintenance on cron as one of possibly several sidecars:
@@ -451,10 +457,12 @@ func (s *Scheduler) record(e *entry, log *slog.Logger, res Result, err error, d 
 	e.lastDur = d
 	if err != nil {
 		e.errs++
+		e.failStreak++
 		e.lastErr = err.Error()
 	} else {
 		e.lastSuccess = now
 		e.lastErr = ""
+		e.failStreak = 0
 	}
 	e.mu.Unlock()
 	attrs := []any{"duration_ms", float64(d.Microseconds()) / 1000, "calls", res.Calls, "rows", res.Rows, "limited", res.Limited}
@@ -500,11 +508,13 @@ func (s *Scheduler) Jobs() []JobStatus {
 		st := JobStatus{
 			Name: e.job.Name(), Schedule: e.job.Schedule(), Runs: e.runs, Errors: e.errs,
 			LastRun: e.lastRun, LastSuccess: e.lastSuccess, LastError: e.lastErr, LastDuration: e.lastDur,
+			FailingRuns: e.failStreak,
 		}
 		ref := maxTime(e.lastSuccess, e.registered, since)
 		e.mu.Unlock()
 		window := 2*e.interval + e.timeout + max(s.cfg.Jitter, 0)
 		st.Overdue = leader && now.Sub(ref) > window
+		st.Failing = leader && st.FailingRuns >= FailingRunsUnhealthy
 		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b JobStatus) int { return strings.Compare(a.Name, b.Name) })

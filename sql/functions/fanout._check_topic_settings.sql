@@ -1,18 +1,27 @@
 -- fanout._check_topic_settings(p_t): validates a topic's settings before it is
--- created or altered. Raises PGQ03 naming the first bad setting. Touches no table.
+-- created or altered. Every setting has an upper bound too (README, "Limits"):
+-- retention, zero_subscription_retention, max_retention and zombie_ttl at
+-- most 3650 days, partition_interval at most 365 days, so that maintenance
+-- can always compute with them (a setting of 178,000,000 years made every
+-- timestamp computation of maintenance fail).
+-- Raises PGQ03 naming the first bad setting. Touches no table.
 CREATE OR REPLACE FUNCTION fanout._check_topic_settings(p_t fanout.topic)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 BEGIN
-    IF p_t.retention IS NULL OR p_t.retention < interval '0' THEN
-        RAISE EXCEPTION 'retention must be a non-negative interval, got %', coalesce(p_t.retention::text, 'NULL')
+    IF p_t.retention IS NULL OR p_t.retention < interval '0' OR p_t.retention > interval '3650 days' THEN
+        RAISE EXCEPTION 'retention must be an interval from 0 to 3650 days, got %', coalesce(p_t.retention::text, 'NULL')
             USING ERRCODE = 'PGQ03';
     END IF;
-    IF p_t.zero_subscription_retention IS NULL OR p_t.zero_subscription_retention < interval '0' THEN
-        RAISE EXCEPTION 'zero_subscription_retention must be a non-negative interval, got %',
+    IF p_t.zero_subscription_retention IS NULL OR p_t.zero_subscription_retention < interval '0'
+       OR p_t.zero_subscription_retention > interval '3650 days' THEN
+        RAISE EXCEPTION 'zero_subscription_retention must be an interval from 0 to 3650 days, got %',
             coalesce(p_t.zero_subscription_retention::text, 'NULL') USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.max_retention > interval '3650 days' THEN
+        RAISE EXCEPTION 'max_retention must be at most 3650 days, got %', p_t.max_retention USING ERRCODE = 'PGQ03';
     END IF;
     IF p_t.max_retention IS NULL OR p_t.max_retention < p_t.retention
        OR p_t.max_retention < p_t.zero_subscription_retention THEN
@@ -31,15 +40,17 @@ BEGIN
         RAISE EXCEPTION 'max_payload_bytes must be between 1 and 104857600, got %',
             coalesce(p_t.max_payload_bytes::text, 'NULL') USING ERRCODE = 'PGQ03';
     END IF;
-    IF p_t.zombie_ttl IS NULL OR p_t.zombie_ttl <= interval '0' THEN
-        RAISE EXCEPTION 'zombie_ttl must be a positive interval, got %', coalesce(p_t.zombie_ttl::text, 'NULL')
+    IF p_t.zombie_ttl IS NULL OR p_t.zombie_ttl <= interval '0' OR p_t.zombie_ttl > interval '3650 days' THEN
+        RAISE EXCEPTION 'zombie_ttl must be a positive interval of at most 3650 days, got %',
+            coalesce(p_t.zombie_ttl::text, 'NULL')
             USING ERRCODE = 'PGQ03';
     END IF;
     IF p_t.notify IS NULL THEN
         RAISE EXCEPTION 'notify must not be NULL' USING ERRCODE = 'PGQ03';
     END IF;
-    IF p_t.partition_interval IS NULL OR p_t.partition_interval < interval '1 minute' THEN
-        RAISE EXCEPTION 'partition_interval must be at least 1 minute, got %',
+    IF p_t.partition_interval IS NULL OR p_t.partition_interval < interval '1 minute'
+       OR p_t.partition_interval > interval '365 days' THEN
+        RAISE EXCEPTION 'partition_interval must be from 1 minute to 365 days, got %',
             coalesce(p_t.partition_interval::text, 'NULL') USING ERRCODE = 'PGQ03';
     END IF;
     IF p_t.dedupe_window IS NULL OR p_t.dedupe_window < interval '0' OR p_t.dedupe_window > interval '30 days' THEN

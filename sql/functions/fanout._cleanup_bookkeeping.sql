@@ -14,6 +14,7 @@ DECLARE
     v_n    int;
     v_done int := 0;
 BEGIN
+    PERFORM fanout._authorize_all();  -- acts on every tenant
     IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_bookkeeping', 0)) THEN
         RETURN 0;
     END IF;

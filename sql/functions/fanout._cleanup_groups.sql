@@ -14,6 +14,7 @@ AS $fn$
 DECLARE
     v_n int;
 BEGIN
+    PERFORM fanout._authorize_all();  -- acts on every tenant
     IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_groups', 0)) THEN
         RETURN 0;
     END IF;
@@ -21,8 +22,8 @@ BEGIN
         DELETE FROM fanout.consumer_group g
         WHERE g.group_id IN (
             SELECT cg.group_id FROM fanout.consumer_group cg JOIN fanout.topic t ON t.topic_id = cg.topic_id
-            WHERE (cg.status = 'cancelled' AND cg.status_changed_at < p_now - t.zombie_ttl)
-               OR (cg.status = 'dead' AND cg.status_changed_at < p_now - t.max_retention)
+            WHERE (cg.status = 'cancelled' AND p_now - cg.status_changed_at > t.zombie_ttl)
+               OR (cg.status = 'dead' AND p_now - cg.status_changed_at > t.max_retention)
             LIMIT 1000)
         RETURNING g.topic_id, g.group_name, g.status)
     INSERT INTO fanout.event_log (topic, group_name, kind, detail)

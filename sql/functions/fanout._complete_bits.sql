@@ -7,6 +7,9 @@
 -- are never modified. No-op for offset-mode groups. With p_acking, a paused
 -- group's ack is refused (its members must not settle work while paused).
 -- Returns how many messages changed.
+-- An ack locks the message rows it completes until its transaction ends:
+-- another group acking the same messages waits for it (see the comment at
+-- the lock below and README, "Security and multi-tenancy").
 -- Raises PGQ15 (ack by a paused reference-mode group).
 -- Tables: fanout.consumer_group, fanout.topic, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout._complete_bits(
@@ -32,8 +35,14 @@ BEGIN
         RAISE EXCEPTION 'group % is paused; its acks are refused until it resumes', quote_literal(v_group)
             USING ERRCODE = 'PGQ15', DETAIL = 'current status: paused';
     END IF;
-    -- Lock the rows in id order first: acks of different groups on the same
-    -- messages (and bitmap jobs, which walk ids in order) never deadlock.
+    -- Lock the rows in id order first, so that one ack call never deadlocks
+    -- with another ack call or a bitmap job (which walk ids in order). Two
+    -- transactions that each ack several leases in opposite orders can still
+    -- deadlock (40P01), and an ack waits while another group's open
+    -- transaction has acked the same message: the rows are shared by every
+    -- group. Documented in README ("Security and multi-tenancy"): keep ack
+    -- transactions short, ack leases in ascending lease_id order, and retry
+    -- the transaction on 40P01.
     EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM fanout_data.%I m WHERE m.id = ANY ($1)
                                           ORDER BY m.id FOR NO KEY UPDATE) s', v_table)
         INTO v_n USING coalesce(p_only, p_ids);

@@ -8,6 +8,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 BEGIN
+    PERFORM fanout._authorize(p_topic, 'admin');
     RETURN fanout._lock_group(fanout._topic(p_topic), p_group_name, false, true);
 END
 $fn$;

@@ -11,5 +11,5 @@ SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
     SELECT p_g.group_name IS NULL
         OR (p_g.status IN ('active', 'paused')
-            AND greatest(p_g.last_read_at, p_g.status_changed_at, p_g.created_at) > p_now - p_t.zombie_ttl)
+            AND p_now - greatest(p_g.last_read_at, p_g.status_changed_at, p_g.created_at) < p_t.zombie_ttl)
 $fn$;

@@ -38,8 +38,8 @@ BEGIN
                                        WHERE (m.required_groups & ~m.completed_groups) <> 0),
                                EXISTS (SELECT 1 FROM fanout_data.%1$I m WHERE m.required_groups = 0)',
                        p_part.relname) INTO v_pending, v_unclaimed;
-        RETURN NOT v_pending AND p_part.closed_at <= p_now - p_t.retention
-           AND (NOT v_unclaimed OR p_part.closed_at <= p_now - p_t.zero_subscription_retention);
+        RETURN NOT v_pending AND p_now - p_part.closed_at >= p_t.retention
+           AND (NOT v_unclaimed OR p_now - p_part.closed_at >= p_t.zero_subscription_retention);
     END IF;
     FOR g IN SELECT * FROM fanout.consumer_group cg WHERE cg.topic_id = p_t.topic_id LOOP
         CONTINUE WHEN NOT fanout._group_pins(g, p_t, p_now);
@@ -48,7 +48,7 @@ BEGIN
             RETURN false;
         END IF;
     END LOOP;
-    RETURN p_part.closed_at <= p_now - CASE WHEN v_pinning = 0 AND p_t.semantics = 'pubsub'
+    RETURN p_now - p_part.closed_at >= CASE WHEN v_pinning = 0 AND p_t.semantics = 'pubsub'
                                             THEN p_t.zero_subscription_retention ELSE p_t.retention END;
 END
 $fn$;

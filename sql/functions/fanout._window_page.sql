@@ -1,5 +1,7 @@
--- fanout._window_page(p_group_id, p_topic_id, p_table, p_limit): the next page
--- of at most p_limit messages of a group's stream, in commit-safe order.
+-- fanout._window_page(p_group_id, p_topic_id, p_table, p_limit, p_max_bytes):
+-- the next page of at most p_limit messages of a group's stream, in
+-- commit-safe order, and of at most p_max_bytes bytes (NULL: no limit;
+-- fanout._page_keep) except that the first message of a page always comes.
 --
 -- The group's position is a snapshot window (lo, hi) and a cursor
 -- (cur_txid, cur_id). The window holds the messages whose txid is visible in
@@ -35,7 +37,7 @@
 -- topic's message table; writes fanout.retry (delayed messages) and, through
 -- fanout._reconcile_stamps, reference-mode stamps.
 CREATE OR REPLACE FUNCTION fanout._window_page(
-    p_group_id bigint, p_topic_id bigint, p_table text, p_limit int,
+    p_group_id bigint, p_topic_id bigint, p_table text, p_limit int, p_max_bytes bigint,
     OUT o_ids bigint[], OUT o_txids xid8[],
     OUT o_payloads jsonb[], OUT o_headers jsonb[], OUT o_groups text[], OUT o_published timestamptz[],
     OUT o_lo pg_snapshot, OUT o_hi pg_snapshot, OUT o_cur_txid xid8, OUT o_cur_id bigint,
@@ -72,6 +74,9 @@ DECLARE
     v_start   bigint;
     v_bit     int;
     v_filter  text := '';
+    v_bytes   bigint := coalesce(p_max_bytes, 9223372036854775807);  -- budget left (fanout._page_keep)
+    v_used    bigint;
+    v_cut     boolean;
 BEGIN
     SELECT g.win_lo, g.win_hi, g.cur_txid, g.cur_id, coalesce(g.effective_start_id, 0), g.bit_no
     INTO o_lo, o_hi, o_cur_txid, o_cur_id, v_start, v_bit
@@ -99,16 +104,14 @@ BEGIN
                               WHERE x >= o_cur_txid AND pg_visible_in_snapshot(x, o_hi) ORDER BY x);
             IF cardinality(v_lo_xip) > 0 THEN
                 v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_lo_xip[1]));
-                EXECUTE format(
-                    'SELECT array_agg(s.id), array_agg(s.txid),
-                            array_agg(s.payload), array_agg(s.headers),
-                            array_agg(s.message_group),
-                            array_agg(s.published_at), array_agg(s.deliver_at)
-                     FROM (SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at, m.deliver_at
+                EXECUTE fanout._page_keep(format(
+                    'SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at, m.deliver_at
                            FROM fanout_data.%I m
                            WHERE m.txid = ANY($1) AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 %s
-                           ORDER BY m.txid, m.id LIMIT $5) s', p_table, v_filter)
-                    INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da USING v_lo_xip, o_cur_txid, o_cur_id, v_min_id, v_left;
+                           ORDER BY m.txid, m.id LIMIT $5', p_table, v_filter), 6)
+                    INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_used, v_cut
+                    USING v_lo_xip, o_cur_txid, o_cur_id, v_min_id, v_left, v_bytes, cardinality(o_ids) = 0;
+                v_bytes := v_bytes - coalesce(v_used, 0);
                 v_got := coalesce(cardinality(v_ids), 0);
                 IF v_got > 0 THEN
                     o_ids := o_ids || v_ids;
@@ -123,7 +126,7 @@ BEGIN
                     o_changed := true;
                     v_left := v_left - v_got;
                 END IF;
-                EXIT WHEN v_left = 0;
+                EXIT WHEN v_left = 0 OR v_cut;
             END IF;
             o_cur_txid := v_lo_xmax;
             o_cur_id := 0;
@@ -134,18 +137,16 @@ BEGIN
         v_hi_xip := ARRAY(SELECT pg_snapshot_xip(o_hi));
         IF o_cur_txid < pg_snapshot_xmax(o_hi) THEN
             v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, o_cur_txid));
-            EXECUTE format(
-                'SELECT array_agg(s.id), array_agg(s.txid),
-                        array_agg(s.payload), array_agg(s.headers),
-                        array_agg(s.message_group),
-                        array_agg(s.published_at), array_agg(s.deliver_at)
-                 FROM (SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at, m.deliver_at
+            EXECUTE fanout._page_keep(format(
+                'SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at, m.deliver_at
                        FROM fanout_data.%I m
                        WHERE m.txid >= $1 AND m.txid < $2 AND (m.txid, m.id) > ($1, $3)
                          AND m.txid <> ALL ($4) AND m.id >= $5 %s
-                       ORDER BY m.txid, m.id LIMIT $6) s', p_table, v_filter)
-                INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da
-                USING o_cur_txid, pg_snapshot_xmax(o_hi), o_cur_id, v_hi_xip, v_min_id, v_left;
+                       ORDER BY m.txid, m.id LIMIT $6', p_table, v_filter), 7)
+                INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_used, v_cut
+                USING o_cur_txid, pg_snapshot_xmax(o_hi), o_cur_id, v_hi_xip, v_min_id, v_left,
+                      v_bytes, cardinality(o_ids) = 0;
+            v_bytes := v_bytes - coalesce(v_used, 0);
             v_got := coalesce(cardinality(v_ids), 0);
             IF v_got > 0 THEN
                 o_ids := o_ids || v_ids;
@@ -160,7 +161,7 @@ BEGIN
                 o_changed := true;
                 v_left := v_left - v_got;
             END IF;
-            EXIT WHEN v_left = 0;
+            EXIT WHEN v_left = 0 OR v_cut;
         END IF;
 
         -- The window is used up: open the next one, a bounded number of times.

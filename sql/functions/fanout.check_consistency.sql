@@ -8,6 +8,8 @@
 -- topic's required_mask matches its groups, and no pending message still
 -- requires a group that is gone (dead or cancelled with its release done,
 -- or deleted).
+-- Reports on every tenant, so the caller needs an admin grant on '%' (all
+-- topics, fanout._authorize_all); raises PGQ21 otherwise.
 -- Tables: every fanout table, pg_class, fanout_data.* (reference mode).
 CREATE OR REPLACE FUNCTION fanout.check_consistency()
 RETURNS TABLE(topic text, group_name text, message_id bigint, status text, problem text)
@@ -19,6 +21,7 @@ DECLARE
     v_t    fanout.topic;
     v_gone bigint;
 BEGIN
+    PERFORM fanout._authorize_all();
     RETURN QUERY
     SELECT t.topic, g.group_name, NULL::bigint, 'error'::text,
            format('lease %s: arrays of different lengths (%s ids, %s txids, %s attempts)',

@@ -37,7 +37,8 @@ DECLARE
     v_old   fanout.topic;
     v_diff  text[];
 BEGIN
-    PERFORM fanout._check_name('topic', p_topic);
+    PERFORM fanout._authorize($1, 'admin');
+    p_topic := fanout._check_name('topic', p_topic);  -- NFC
     v_new.topic := p_topic;
     v_new.semantics := fanout._normalize_option('semantics', $2);
     v_new.completion := fanout._normalize_option('completion', $3);

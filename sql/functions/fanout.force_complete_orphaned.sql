@@ -18,6 +18,7 @@ DECLARE
     v_live bigint;
     v_n    bigint;
 BEGIN
+    PERFORM fanout._authorize($1, 'admin');
     IF $2 IS NULL OR $2 < interval '0' THEN
         RAISE EXCEPTION 'older_than must be a non-negative interval, got %', coalesce($2::text, 'NULL')
             USING ERRCODE = 'PGQ03';
@@ -29,7 +30,7 @@ BEGIN
     v_live := fanout._required_mask(v_t.topic_id);
     EXECUTE format(
         'UPDATE fanout_data.%I m SET required_groups = m.required_groups & (m.completed_groups | $1)
-         WHERE m.published_at < clock_timestamp() - $2
+         WHERE clock_timestamp() - m.published_at > $2
            AND (m.required_groups & ~m.completed_groups) <> 0
            AND (m.required_groups & ~m.completed_groups & $1) = 0', v_t.data_table)
         USING v_live, $2;

@@ -6,13 +6,15 @@
 -- retention, deliveries, and backfill progress (reference mode; offset mode
 -- needs none): status, messages processed of total, rate per second, ETA.
 -- lag_messages counts with index scans: O(lag).
+-- Shows only the groups of topics the caller may consume (fanout._may); the
+-- view is a security barrier, so no function of the caller sees other rows.
 -- Tables: fanout.consumer_group, fanout.topic, fanout.member, fanout.lease,
 -- fanout.retry, fanout.dead_letter, fanout.bitmap_job, fanout_data.*.
-CREATE OR REPLACE VIEW fanout.groups AS
+CREATE OR REPLACE VIEW fanout.groups WITH (security_barrier) AS
 SELECT t.topic, g.group_name, g.status,
        (SELECT count(*) FROM fanout.member m
-        WHERE m.group_id = g.group_id AND m.last_seen > now() - g.heartbeat_timeout)::int AS members,
-       fanout._liveness(g) AS last_heartbeat,
+        WHERE m.group_id = g.group_id AND now() - m.last_seen < g.heartbeat_timeout)::int AS members,
+       u.last_heartbeat,
        u.messages AS lag_messages,
        coalesce(extract(epoch FROM now() - u.oldest_published_at), 0)::float8 AS lag_seconds,
        now() - l.oldest_open AS oldest_unacked_age,
@@ -29,10 +31,11 @@ SELECT t.topic, g.group_name, g.status,
        g.created_at, g.status_changed_at, g.last_read_at, t.semantics, t.completion
 FROM fanout.consumer_group g
 JOIN fanout.topic t ON t.topic_id = g.topic_id
-CROSS JOIN LATERAL fanout._group_unread(g.group_id) u
+CROSS JOIN LATERAL fanout._group_view(g.group_id) u
 LEFT JOIN LATERAL (SELECT sum(ol.open_count)::bigint AS in_flight, min(ol.created_at) AS oldest_open
                    FROM fanout.lease ol WHERE ol.group_id = g.group_id AND ol.open_count > 0) l ON true
 LEFT JOIN LATERAL (SELECT j.status, j.processed, j.total,
                           (j.processed / nullif(extract(epoch FROM coalesce(j.finished_at, j.updated_at)
                                                         - j.started_at), 0))::float8 AS rate
-                   FROM fanout.bitmap_job j WHERE j.group_id = g.group_id AND j.kind = 'backfill') b ON true;
+                   FROM fanout.bitmap_job j WHERE j.group_id = g.group_id AND j.kind = 'backfill') b ON true
+WHERE fanout._may(t.topic, 'consume');

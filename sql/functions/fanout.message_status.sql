@@ -27,6 +27,7 @@ DECLARE
     v_done bigint;
     v_msg  text;
 BEGIN
+    PERFORM fanout._authorize($1, 'admin');
     v_t := fanout._topic(p_topic);
     IF p_message_id IS NULL THEN
         RAISE EXCEPTION 'message_id must not be NULL' USING ERRCODE = 'PGQ03';
@@ -54,7 +55,6 @@ BEGIN
                  (v_req & (1::bigint << g.bit_no)) <> 0 AS req,
                  (v_done & (1::bigint << g.bit_no)) <> 0 AS done,
                  CASE
-                     WHEN p_message_id < coalesce(g.effective_start_id, 0) THEN 'before_start'
                      WHEN EXISTS (SELECT 1 FROM fanout.dead_letter d
                                   WHERE d.group_id = g.group_id AND d.message_id = p_message_id) THEN 'dead_letter'
                      WHEN EXISTS (SELECT 1 FROM fanout.retry r
@@ -63,6 +63,10 @@ BEGIN
                                   WHERE l.group_id = g.group_id AND l.open_count > 0
                                     AND p_message_id = ANY (l.msg_ids) AND p_message_id <> ALL (l.settled)
                                     AND p_message_id <> ALL (l.reclaimed)) THEN 'in_flight'
+                     -- A latest group starts at the first id assigned after it joined
+                     -- (joined_id); the others at effective_start_id.
+                     WHEN p_message_id < CASE WHEN g.start_position = 'latest' THEN g.joined_id
+                                              ELSE coalesce(g.effective_start_id, 0) END THEN 'before_start'
                      WHEN g.bit_no IS NOT NULL AND (v_done & (1::bigint << g.bit_no)) <> 0 THEN 'acked'
                      WHEN g.bit_no IS NOT NULL AND (v_req & (1::bigint << g.bit_no)) = 0 THEN 'not_required'
                      WHEN NOT pg_visible_in_snapshot(v_txid, g.win_lo)

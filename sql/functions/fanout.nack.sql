@@ -4,7 +4,8 @@
 -- message that has used up the topic's max_attempts goes to the group's dead
 -- letters with error as its last_error instead.
 -- Returns how many messages this call settled.
--- Raises: as fanout.ack; PGQ03 negative retry_in.
+-- Raises: as fanout.ack; PGQ03 retry_in negative or over 7 days, error over
+-- 8192 characters.
 -- Tables: fanout.lease, fanout.retry, fanout.dead_letter, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout.nack(
     lease_id    bigint,
@@ -25,8 +26,11 @@ DECLARE
     v_now     timestamptz := clock_timestamp();
     v_dead    record;
 BEGIN
-    IF $3 < interval '0' THEN
-        RAISE EXCEPTION 'retry_in must not be negative, got %', $3 USING ERRCODE = 'PGQ03';
+    IF $3 < interval '0' OR $3 > interval '7 days' THEN
+        RAISE EXCEPTION 'retry_in must be an interval from 0 to 7 days, got %', $3 USING ERRCODE = 'PGQ03';
+    END IF;
+    IF char_length($4) > 8192 THEN
+        RAISE EXCEPTION 'error is % characters long; the limit is 8192', char_length($4) USING ERRCODE = 'PGQ03';
     END IF;
     v_l := fanout._lock_lease($1);
     v_targets := fanout._lease_targets(v_l, $2);

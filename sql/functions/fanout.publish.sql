@@ -12,7 +12,7 @@
 -- Returns the message id.
 -- Raises: PGQ01 unknown topic, PGQ03 NULL payload or bad message_group (or
 -- dedupe_key, or deliver_at and delay both given, or a delay over 366 days),
--- PGQ05 payload over max_payload_bytes, PGQ06 headers not a JSON object,
+-- PGQ05 payload + headers + message_group over max_payload_bytes (as text), PGQ06 headers not a JSON object,
 -- PGQ07 pubsub topic with block_writes_without_subscriptions and no active group.
 -- Tables: fanout.topic, fanout.consumer_group (pubsub with blocking only),
 -- fanout_data.m<topic_id> (through fanout_data.m<topic_id>_insert), and
@@ -35,10 +35,12 @@ DECLARE
     v_t  fanout.topic;
     v_id bigint;
 BEGIN
+    PERFORM fanout._enter($1, 'publish');
     SELECT * INTO v_t FROM fanout.topic t WHERE t.topic = $1;
     -- The common case is checked inline; anything unusual goes through the
     -- full checks, which raise the precise error.
-    IF v_t.topic_id IS NULL OR $2 IS NULL OR pg_column_size($2) > v_t.max_payload_bytes
+    IF v_t.topic_id IS NULL OR $2 IS NULL
+       OR octet_length($2::text) + octet_length(coalesce($3, '{}')::text) > v_t.max_payload_bytes
        OR ($3 IS NOT NULL AND jsonb_typeof($3) <> 'object') OR $4 IS NOT NULL
        OR (v_t.semantics = 'pubsub' AND v_t.block_writes_without_subscriptions) THEN
         v_t := fanout._topic($1);

@@ -1,9 +1,14 @@
--- fanout.read(topic, group_name, consumer, max_messages, lease): claims up to
--- max_messages for the caller under one new lease, in this order:
+-- fanout.read(topic, group_name, consumer, max_messages, lease, max_bytes):
+-- claims up to max_messages for the caller under one new lease, in this order:
 --   1. un-acked messages of the group's expired leases (their attempt grows;
 --      the old lease can no longer ack them: fencing),
 --   2. nacked messages whose retry time has come,
---   3. the next page of the group's stream (fanout._window_page).
+--   3. the next page of the group's stream (fanout._window_page), which
+--      also stops before max_bytes (payload + headers + message_group of
+--      the page's messages, uncompressed; default 16 MiB): the first message
+--      of a page always comes, so no message can make a page impossible.
+--      (Redelivered messages of steps 1 and 2 count toward max_messages; each
+--      was within the max_bytes of the read that first delivered it.)
 -- A message whose delivery would exceed the topic's max_attempts goes to the
 -- group's dead letters instead. Members of one group never hold the same
 -- message under unexpired leases. Counts as a heartbeat of group and consumer.
@@ -14,8 +19,9 @@
 -- Returns one row per message: lease_id, message_id, payload, headers,
 -- message_group, published_at, attempt (1 on first delivery).
 -- Raises: PGQ01, PGQ03 (max_messages not in 1..10000, lease not in
--- (0, 24 hours]), PGQ04 bad consumer name, PGQ09 isolation level, PGQ13,
--- PGQ14, PGQ16 (see fanout._lock_group).
+-- (0, 24 hours], max_bytes not in 1..536870912), PGQ04 bad consumer name,
+-- PGQ09 isolation level, PGQ13, PGQ14, PGQ16 (see fanout._lock_group), PGQ21
+-- (no consume grant), PGQ22 (a new consumer beyond 10,000 members).
 -- Tables: fanout.topic, fanout.consumer_group, fanout.member, fanout.lease,
 -- fanout.retry, fanout.dead_letter, fanout.partition, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout.read(
@@ -23,7 +29,8 @@ CREATE OR REPLACE FUNCTION fanout.read(
     group_name   text DEFAULT NULL,
     consumer     text DEFAULT NULL,
     max_messages int DEFAULT 100,
-    lease        interval DEFAULT '30 seconds')
+    lease        interval DEFAULT '30 seconds',
+    max_bytes    bigint DEFAULT 16777216)
 RETURNS TABLE(lease_id bigint, message_id bigint, payload jsonb, headers jsonb,
               message_group text, published_at timestamptz, attempt int)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -36,6 +43,7 @@ DECLARE
     p_consumer  ALIAS FOR $3;
     p_max       ALIAS FOR $4;
     p_lease     ALIAS FOR $5;
+    p_max_bytes ALIAS FOR $6;
     v_t         fanout.topic;
     v_g         fanout.consumer_group;
     v_now       timestamptz := clock_timestamp();
@@ -52,12 +60,17 @@ DECLARE
     v_take      record;
     v_dead_ids  bigint[];
 BEGIN
+    PERFORM fanout._enter($1, 'consume');
     IF p_max IS NULL OR p_max < 1 OR p_max > 10000 THEN
         RAISE EXCEPTION 'max_messages must be between 1 and 10000, got %', coalesce(p_max::text, 'NULL')
             USING ERRCODE = 'PGQ03';
     END IF;
     IF p_lease IS NULL OR p_lease <= interval '0' OR p_lease > interval '24 hours' THEN
         RAISE EXCEPTION 'lease must be a positive interval of at most 24 hours, got %', coalesce(p_lease::text, 'NULL')
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_max_bytes IS NULL OR p_max_bytes < 1 OR p_max_bytes > 536870912 THEN
+        RAISE EXCEPTION 'max_bytes must be between 1 and 536870912, got %', coalesce(p_max_bytes::text, 'NULL')
             USING ERRCODE = 'PGQ03';
     END IF;
     IF p_consumer IS NOT NULL THEN
@@ -70,15 +83,15 @@ BEGIN
     v_t := fanout._topic(p_topic);
     -- Only a session whose last read of this group found nothing peeks first
     -- (a busy consumer would pay for the peek on every page).
-    v_hint := format('fanout.idle_%s_%s', v_t.topic_id, abs(hashtext(coalesce(p_group, ''))));
-    IF current_setting(v_hint, true) = 'y' AND fanout._group_idle(v_t, p_group, v_now) THEN
+    v_hint := fanout._idle_key(v_t.topic_id, CASE WHEN v_t.semantics = 'pubsub' THEN p_group END);
+    IF fanout._idle_hint(v_hint) AND fanout._group_idle(v_t, p_group, v_now) THEN
         -- Nothing to hand out: no lock, no write.
         IF p_consumer IS NOT NULL THEN
             PERFORM fanout._touch_member(
                 (SELECT g.group_id FROM fanout.consumer_group g
                  WHERE g.topic_id = v_t.topic_id
                    AND g.group_name IS NOT DISTINCT FROM CASE WHEN v_t.semantics = 'pubsub' THEN p_group END),
-                p_consumer, v_now);
+                p_consumer, v_now, true);
         END IF;
         RETURN;
     END IF;
@@ -160,7 +173,10 @@ BEGIN
     -- 3. The group's stream.
     v_nw := cardinality(v_ids);
     IF v_left > 0 THEN
-        SELECT * INTO v_w FROM fanout._window_page(v_g.group_id, v_t.topic_id, v_t.data_table, v_left);
+        -- The byte budget is the stream page's (redeliveries above are
+        -- bounded by count); its first message always comes.
+        SELECT * INTO v_w FROM fanout._window_page(v_g.group_id, v_t.topic_id, v_t.data_table, v_left,
+                                                   p_max_bytes);
         IF v_w.o_changed THEN
             v_moved := true;
             v_g.win_lo := v_w.o_lo;
@@ -185,10 +201,10 @@ BEGIN
         WHERE g.group_id = v_g.group_id;
     END IF;
     IF p_consumer IS NOT NULL THEN
-        PERFORM fanout._touch_member(v_g.group_id, p_consumer, v_now);
+        PERFORM fanout._touch_member(v_g.group_id, p_consumer, v_now, true);
     END IF;
 
-    PERFORM set_config(v_hint, CASE WHEN cardinality(v_ids) = 0 THEN 'y' ELSE 'n' END, false);
+    PERFORM fanout._set_idle_hint(v_hint, cardinality(v_ids) = 0);
     IF cardinality(v_ids) = 0 THEN
         RETURN;
     END IF;

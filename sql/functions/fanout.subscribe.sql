@@ -41,12 +41,14 @@ DECLARE
     v_bit int;
     v_bf  text := 'not_needed';
 BEGIN
+    PERFORM fanout._enter($1, 'consume');
     v_t := fanout._topic($1);
     IF v_t.semantics <> 'pubsub' THEN
         RAISE EXCEPTION 'topic % is a queue topic; only pubsub topics have subscriptions', quote_literal(v_t.topic)
             USING ERRCODE = 'PGQ19', HINT = 'queue readers just call fanout.read()';
     END IF;
-    PERFORM fanout._check_name('group_name', $2);
+    $2 := fanout._check_name('group_name', $2);  -- NFC
+    PERFORM fanout._check_subscribe_limits(v_t, $2, $6, $7, $8);
     v_pos := fanout._normalize_option('start_position', $3);
     IF $6 IS NULL OR $6 < 0 THEN
         RAISE EXCEPTION 'max_backfill must be a non-negative number, got %', coalesce($6::text, 'NULL')
@@ -82,7 +84,7 @@ BEGIN
             v_g := fanout._resurrect(v_g);
         END IF;
         SELECT j.status INTO v_bf FROM fanout.bitmap_job j WHERE j.group_id = v_g.group_id AND j.kind = 'backfill';
-        RETURN QUERY SELECT v_g.status, v_g.effective_start_id, coalesce(v_bf, 'not_needed');
+        RETURN QUERY SELECT v_g.status, fanout._effective_start(v_t, v_g), coalesce(v_bf, 'not_needed');
         RETURN;
     END IF;
 

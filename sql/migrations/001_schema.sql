@@ -260,3 +260,25 @@ CREATE TYPE fanout.message_status_row AS (
     completed       boolean,
     message_status  text
 );
+
+-- Tenant isolation ----------------------------------------------------------
+-- Per-topic grants (fanout.grant_topic / revoke_topic, view fanout.topic_grants).
+-- A caller needs its group role (fanout_producer / fanout_consumer /
+-- fanout_admin) and a grant here whose pattern matches the topic: the exact
+-- topic name, or a prefix pattern ending in '%' ('%' alone: every topic).
+-- An 'admin' grant also allows publish and consume on the topics it matches.
+CREATE TABLE fanout.topic_grant (
+    pattern     text NOT NULL,
+    role        regrole NOT NULL,
+    privilege   text NOT NULL CHECK (privilege IN ('publish', 'consume', 'admin')),
+    granted_by  text NOT NULL,
+    granted_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (pattern, role, privilege)
+);
+-- Existing installs keep working: every producer may publish to, every
+-- consumer consume from and every admin administer every topic. Revoking
+-- these (fanout.revoke_topic('%', ...)) turns isolation on.
+INSERT INTO fanout.topic_grant (pattern, role, privilege, granted_by) VALUES
+    ('%', 'fanout_producer', 'publish', 'install'),
+    ('%', 'fanout_consumer', 'consume', 'install'),
+    ('%', 'fanout_admin', 'admin', 'install');

@@ -16,7 +16,7 @@ GRANT EXECUTE ON FUNCTION
 TO fanout_producer;
 
 GRANT EXECUTE ON FUNCTION
-    fanout.read(text, text, text, int, interval),
+    fanout.read(text, text, text, int, interval, bigint),
     fanout.ack(bigint, bigint[]),
     fanout.nack(bigint, bigint[], interval, text),
     fanout.extend_lease(bigint, interval),
@@ -59,14 +59,23 @@ GRANT EXECUTE ON FUNCTION
     fanout.replay(text, text, bigint[])
 TO fanout_admin;
 
--- Functions the views call run with the caller's EXECUTE rights.
 GRANT EXECUTE ON FUNCTION
-    fanout._topic_stats(bigint),
-    fanout._scheduled_count(bigint),
-    fanout._group_unread(bigint, bigint, text),
-    fanout._liveness(fanout.consumer_group)
+    fanout.grant_topic(text, regrole, text),
+    fanout.revoke_topic(text, regrole, text)
+TO fanout_admin;
+
+-- Functions the views call run with the caller's EXECUTE rights. Each checks
+-- the caller's topic grants itself (internal helpers such as
+-- fanout._group_unread are granted to nobody).
+GRANT EXECUTE ON FUNCTION
+    fanout._may(text, text),
+    fanout._may_see_grant(text, regrole),
+    fanout._topic_view(bigint),
+    fanout._scheduled_count(bigint)
 TO fanout_admin, fanout_producer, fanout_consumer;
+GRANT EXECUTE ON FUNCTION fanout._group_view(bigint) TO fanout_admin, fanout_consumer;
 
 GRANT SELECT ON fanout.topics TO fanout_admin, fanout_producer, fanout_consumer;
 GRANT SELECT ON fanout.dead_letters TO fanout_admin, fanout_consumer;
 GRANT SELECT ON fanout.groups TO fanout_admin, fanout_consumer;
+GRANT SELECT ON fanout.topic_grants TO fanout_admin, fanout_producer, fanout_consumer;

@@ -21,7 +21,10 @@
 -- in progress is tried again on a later call). Returns messages examined (0
 -- when there is nothing to do, the job waits for the fence or its batch is
 -- busy); call again while it returns > 0. Concurrent
--- callers never work on the same job (its row is locked, SKIP LOCKED).
+-- callers never work on the same job (its row is locked, SKIP LOCKED). A job
+-- whose step fails (other than on a lock or serialization conflict) is set
+-- to 'failed' with last_error and logged (fanout._maint_failed), so it
+-- never blocks the other jobs.
 -- Tables: fanout.bitmap_job, fanout.consumer_group, fanout.topic,
 -- fanout.event_log, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout._bitmap_step(p_now timestamptz DEFAULT now(), p_group_id bigint DEFAULT NULL)
@@ -39,6 +42,7 @@ DECLARE
     v_set   text;
     v_where text;
 BEGIN
+    PERFORM fanout._authorize_all();  -- acts on every tenant
     SELECT j.* INTO v_j FROM fanout.bitmap_job j
     WHERE j.status IN ('not_started', 'in_progress') AND (p_group_id IS NULL OR j.group_id = p_group_id)
     ORDER BY j.updated_at
@@ -47,6 +51,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
+    BEGIN  -- a job that fails is marked failed and skipped (see the handler below)
     SELECT * INTO STRICT v_g FROM fanout.consumer_group g WHERE g.group_id = v_j.group_id;
     SELECT * INTO STRICT v_t FROM fanout.topic t WHERE t.topic_id = v_g.topic_id;
     v_bit := 1::bigint << v_g.bit_no;
@@ -126,5 +131,19 @@ BEGIN
     VALUES (v_t.topic, v_g.group_name, v_j.kind || '_completed', v_j.changed + v_n,
             jsonb_build_object('processed', v_j.processed, 'from_id', v_j.from_id, 'upto_id', v_j.upto_id));
     RETURN 1;
+    EXCEPTION WHEN OTHERS THEN
+        IF SQLSTATE IN ('55P03', '40001', '40P01') THEN
+            RAISE;  -- transient: the next call retries the job
+        END IF;
+        -- One broken job must not stop the others (it would be picked first
+        -- forever): it becomes 'failed' (restart_backfill resumes a backfill).
+        UPDATE fanout.bitmap_job j
+        SET status = 'failed', last_error = left(SQLERRM, 1000), updated_at = clock_timestamp()
+        WHERE j.group_id = v_j.group_id AND j.kind = v_j.kind;
+        PERFORM fanout._maint_failed('fanout._bitmap_step',
+            (SELECT g.topic_id FROM fanout.consumer_group g WHERE g.group_id = v_j.group_id),
+            v_j.group_id, SQLSTATE, SQLERRM);
+        RETURN 1;
+    END;
 END
 $fn$;

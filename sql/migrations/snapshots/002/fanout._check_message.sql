@@ -11,19 +11,22 @@ SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE
     v_where text := CASE WHEN p_index IS NULL THEN '' ELSE format(' (element %s)', p_index) END;
-    v_size  int;
+    v_size  bigint;
 BEGIN
     IF p_payload IS NULL THEN
         RAISE EXCEPTION 'payload must not be NULL%', v_where USING ERRCODE = 'PGQ03';
     END IF;
-    v_size := pg_column_size(p_payload);
-    IF v_size > p_t.max_payload_bytes THEN
-        RAISE EXCEPTION 'payload is % bytes%, over the topic''s max_payload_bytes %',
-            v_size, v_where, p_t.max_payload_bytes USING ERRCODE = 'PGQ05';
-    END IF;
     IF p_headers IS NOT NULL AND jsonb_typeof(p_headers) <> 'object' THEN
         RAISE EXCEPTION 'headers must be a JSON object%, got a JSON %', v_where, jsonb_typeof(p_headers)
             USING ERRCODE = 'PGQ06';
+    END IF;
+    -- Uncompressed: the JSON text of payload and headers, plus message_group
+    -- (pg_column_size would measure a compressible payload compressed).
+    v_size := octet_length(p_payload::text) + coalesce(octet_length(p_headers::text), 0)
+              + coalesce(octet_length(p_message_group), 0);
+    IF v_size > p_t.max_payload_bytes THEN
+        RAISE EXCEPTION 'message is % bytes% (payload, headers and message_group as text), over the topic''s max_payload_bytes %',
+            v_size, v_where, p_t.max_payload_bytes USING ERRCODE = 'PGQ05';
     END IF;
     IF p_message_group IS NOT NULL THEN
         PERFORM fanout._check_name('message_group', p_message_group);

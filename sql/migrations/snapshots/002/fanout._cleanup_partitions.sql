@@ -15,6 +15,7 @@
 -- A candidate is checked, then locked (ACCESS EXCLUSIVE, waiting at most
 -- 200 ms: a transaction still writing into it keeps it for a later round),
 -- then checked again, so a message committed in between is never lost.
+-- A topic that fails is logged (fanout._maint_failed) and skipped.
 -- Bounded: at most 10 partitions per call. Returns how many were emptied;
 -- call again while it returns > 0. Takes its own advisory lock.
 -- Tables: fanout.partition, fanout.consumer_group, fanout.lease,
@@ -34,10 +35,12 @@ DECLARE
     v_total    bigint;
     v_timeout  text := current_setting('lock_timeout');
 BEGIN
+    PERFORM fanout._authorize_all();  -- acts on every tenant
     IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_partitions', 0)) THEN
         RETURN 0;
     END IF;
     FOR v_t IN SELECT * FROM fanout.topic t ORDER BY t.topic_id LOOP
+        BEGIN  -- one topic's failure is logged and skipped (fanout._maint_failed)
         IF v_t.completion = 'reference' THEN
             PERFORM fanout._reconcile_stamps(v_t.topic_id, pg_current_snapshot());
         END IF;
@@ -139,6 +142,9 @@ BEGIN
                 EXIT;
             END;
         END LOOP;
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM fanout._maint_failed('fanout._cleanup_partitions', v_t.topic_id, NULL, SQLSTATE, SQLERRM);
+        END;
     END LOOP;
     RETURN v_done;
 END

@@ -29,7 +29,7 @@ BEGIN
             USING ERRCODE = 'PGQ13';
     END IF;
     SELECT * INTO v_g FROM fanout.consumer_group g
-    WHERE g.topic_id = p_t.topic_id AND g.group_name = p_group_name FOR NO KEY UPDATE;
+    WHERE g.topic_id = p_t.topic_id AND g.group_name = fanout._nfc(p_group_name) FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'group % is not subscribed to topic %', quote_literal(p_group_name), quote_literal(p_t.topic)
             USING ERRCODE = 'PGQ14', HINT = 'subscribe it with fanout.subscribe()';

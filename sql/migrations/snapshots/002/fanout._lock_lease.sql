@@ -1,7 +1,10 @@
 -- fanout._lock_lease(p_lease_id): the lease row, locked FOR UPDATE (so that an
 -- ack and a takeover by another reader are serialised). Records the lease's
--- consumer as alive (fanout._touch_member).
--- Raises: PGQ03 NULL id, PGQ10 unknown lease. Tables: fanout.lease, fanout.member.
+-- consumer as alive (fanout._touch_member). The caller must be allowed to
+-- consume the lease's topic (fanout._authorize), checked before the lock so
+-- that another tenant cannot even block the lease.
+-- Raises: PGQ03 NULL id, PGQ10 unknown lease, PGQ21 no consume grant on its
+-- topic. Tables: fanout.lease, fanout.consumer_group, fanout.topic, fanout.member.
 CREATE OR REPLACE FUNCTION fanout._lock_lease(p_lease_id bigint)
 RETURNS fanout.lease
 LANGUAGE plpgsql
@@ -13,6 +16,11 @@ BEGIN
     IF p_lease_id IS NULL THEN
         RAISE EXCEPTION 'lease_id must not be NULL' USING ERRCODE = 'PGQ03';
     END IF;
+    PERFORM fanout._authorize(t.topic, 'consume')
+    FROM fanout.lease l
+    JOIN fanout.consumer_group g ON g.group_id = l.group_id
+    JOIN fanout.topic t ON t.topic_id = g.topic_id
+    WHERE l.lease_id = p_lease_id;
     SELECT * INTO v_l FROM fanout.lease l WHERE l.lease_id = p_lease_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'lease % does not exist', p_lease_id

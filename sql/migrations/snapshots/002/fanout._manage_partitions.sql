@@ -26,6 +26,7 @@
 -- Bounded: at most 50 steps per call. Returns the number of steps done;
 -- call again while it returns > 0. Takes its own advisory lock (returns 0 if
 -- another caller holds it).
+-- A topic whose step fails is logged (fanout._maint_failed) and skipped.
 -- Raises: PGQ09 (not READ COMMITTED).
 -- Tables: fanout.topic, fanout.partition, fanout_data.*; reads pg_locks.
 CREATE OR REPLACE FUNCTION fanout._manage_partitions(p_now timestamptz DEFAULT now())
@@ -44,6 +45,7 @@ DECLARE
     v_rel    regclass;
     v_stale  text[];
 BEGIN
+    PERFORM fanout._authorize_all();  -- acts on every tenant
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'fanout._manage_partitions must run in READ COMMITTED, not %',
             upper(current_setting('transaction_isolation')) USING ERRCODE = 'PGQ09';
@@ -62,6 +64,7 @@ BEGIN
         ORDER BY t.topic_id
     LOOP
         EXIT WHEN v_done >= 50;
+        BEGIN  -- one topic's failure is logged and skipped (fanout._maint_failed)
         IF r.next_no IS NULL THEN
             CONTINUE WHEN r.created_at > p_now - r.partition_interval;
             EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM fanout_data.%I)', r.relname) INTO v_empty;
@@ -107,6 +110,9 @@ BEGIN
             WHERE p.topic_id = r.topic_id AND p.part_no = r.part_no;
             v_done := v_done + 1;
         END IF;
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM fanout._maint_failed('fanout._manage_partitions', r.topic_id, NULL, SQLSTATE, SQLERRM);
+        END;
     END LOOP;
     RETURN v_done;
 END

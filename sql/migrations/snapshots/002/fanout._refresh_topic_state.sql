@@ -17,6 +17,7 @@ AS $fn$
 DECLARE
     v_n int;
 BEGIN
+    PERFORM fanout._authorize_all();  -- acts on every tenant
     IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:refresh_topic_state', 0)) THEN
         RETURN 0;
     END IF;

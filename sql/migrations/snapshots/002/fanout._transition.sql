@@ -11,9 +11,11 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE
-    v_t fanout.topic := fanout._topic(p_topic);
+    v_t fanout.topic;
     v_g fanout.consumer_group;
 BEGIN
+    PERFORM fanout._authorize(p_topic, 'admin');
+    v_t := fanout._topic(p_topic);
     IF v_t.semantics <> 'pubsub' THEN
         RAISE EXCEPTION 'topic % is a queue topic; its readers have no group to %', quote_literal(p_topic),
             CASE p_to WHEN 'paused' THEN 'pause' WHEN 'active' THEN 'resume' ELSE 'unsubscribe' END

@@ -23,6 +23,7 @@ DECLARE
     v_old fanout.topic;
     v_new fanout.topic;
 BEGIN
+    PERFORM fanout._authorize($1, 'admin');
     v_old := fanout._topic($1);
     -- Lock the row here (fanout._topic is STABLE and cannot lock) and re-read
     -- it: a concurrent alter may have committed meanwhile, or a drop.

@@ -2,7 +2,10 @@
 -- leases, retries and dead letters. Without force it refuses while a group
 -- is active (pubsub) or messages are still undelivered.
 -- Returns true.
--- Raises: PGQ01, PGQ08 (active groups or undelivered messages; pass force).
+-- Publishers, readers and subscribers of the topic that come in meanwhile
+-- wait for the drop and then get PGQ01 (fanout._enter).
+-- Raises: PGQ01, PGQ08 (active groups or undelivered messages; pass force),
+-- PGQ21 (no admin grant).
 -- Tables: every fanout table row of the topic, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout.drop_topic(topic text, force boolean DEFAULT false)
 RETURNS boolean
@@ -14,7 +17,11 @@ DECLARE
     v_t fanout.topic;
     v_n bigint;
 BEGIN
+    PERFORM fanout._authorize($1, 'admin');
     v_t := fanout._topic($1);
+    -- Wait for the transactions using the topic and keep new ones out until
+    -- this one ends: they then find no topic (PGQ01; see fanout._enter).
+    PERFORM pg_advisory_xact_lock(fanout._topic_lock_key(v_t.topic));
     -- Lock the row here (fanout._topic is STABLE and cannot lock); a
     -- concurrent drop that committed meanwhile makes this one PGQ01.
     SELECT * INTO v_t FROM fanout.topic t WHERE t.topic_id = v_t.topic_id FOR UPDATE;

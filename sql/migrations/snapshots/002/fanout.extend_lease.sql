@@ -2,8 +2,11 @@
 -- longer: it now expires extend_by after its current expiry, or after now if
 -- it has already expired (and nobody took its messages).
 -- Returns the new expiry.
+-- A lease lives at most 7 days in total (from its read): an extension
+-- beyond that raises PGQ22 and changes nothing.
 -- Raises: PGQ03 extend_by not positive or over 24 hours, PGQ10, PGQ11 (a
--- message of the lease was re-delivered to another consumer).
+-- message of the lease was re-delivered to another consumer), PGQ21 (no
+-- consume grant on the lease's topic), PGQ22 (total lifetime over 7 days).
 -- Tables: fanout.lease.
 CREATE OR REPLACE FUNCTION fanout.extend_lease(lease_id bigint, extend_by interval)
 RETURNS timestamptz
@@ -21,6 +24,10 @@ BEGIN
     END IF;
     v_l := fanout._lock_lease($1);
     PERFORM fanout._lease_targets(v_l, NULL);  -- fencing
+    IF greatest(v_l.expires_at, clock_timestamp()) + $2 - v_l.created_at > interval '7 days' THEN
+        RAISE EXCEPTION 'lease % would live longer than 7 days in total (read at %)', v_l.lease_id, v_l.created_at
+            USING ERRCODE = 'PGQ22', HINT = 'settle it (ack or nack) and read the messages again';
+    END IF;
     UPDATE fanout.lease l SET expires_at = greatest(l.expires_at, clock_timestamp()) + $2
     WHERE l.lease_id = v_l.lease_id
     RETURNING l.expires_at INTO v_exp;

@@ -17,6 +17,7 @@ DECLARE
     v_g   fanout.consumer_group;
     v_now timestamptz := clock_timestamp();
 BEGIN
+    PERFORM fanout._enter($1, 'consume');
     v_t := fanout._topic($1);
     IF $3 IS NOT NULL THEN
         PERFORM fanout._check_name('consumer', $3);
@@ -29,7 +30,7 @@ BEGIN
             RAISE EXCEPTION 'group_name is required on pubsub topic %', quote_literal(v_t.topic)
                 USING ERRCODE = 'PGQ13';
         END IF;
-        SELECT * INTO v_g FROM fanout.consumer_group g WHERE g.topic_id = v_t.topic_id AND g.group_name = $2;
+        SELECT * INTO v_g FROM fanout.consumer_group g WHERE g.topic_id = v_t.topic_id AND g.group_name = fanout._nfc($2);
         IF NOT FOUND THEN
             RAISE EXCEPTION 'group % is not subscribed to topic %', quote_literal($2), quote_literal(v_t.topic)
                 USING ERRCODE = 'PGQ14';
@@ -45,7 +46,7 @@ BEGIN
         WHERE g.group_id = v_g.group_id AND g.last_heartbeat < v_now - interval '1 second';
     END IF;
     IF $3 IS NOT NULL THEN
-        PERFORM fanout._touch_member(v_g.group_id, $3, v_now);
+        PERFORM fanout._touch_member(v_g.group_id, $3, v_now, true);
     END IF;
     RETURN v_g.status;
 END

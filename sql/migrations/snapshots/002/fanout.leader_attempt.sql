@@ -18,6 +18,7 @@ DECLARE
     p_name      ALIAS FOR $3;
     v_leader    text;
 BEGIN
+    PERFORM fanout._authorize_all();  -- acts on every tenant
     PERFORM fanout._check_name('leader_id', p_leader_id);
     PERFORM fanout._check_name('name', p_name);
     IF p_ttl IS NULL OR p_ttl <= interval '0' OR p_ttl > interval '1 hour' THEN

@@ -11,14 +11,15 @@ RETURNS TABLE(func text, arg text)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
+    SELECT fanout._authorize_all();  -- acts on every tenant
     SELECT 'fanout._detect_dead_groups', NULL::text
     WHERE EXISTS (SELECT 1 FROM fanout.consumer_group g
                   WHERE g.status = 'active' AND g.group_name IS NOT NULL
-                    AND greatest(g.last_heartbeat, g.last_read_at) < $1 - g.heartbeat_timeout)
+                    AND $1 - greatest(g.last_heartbeat, g.last_read_at) > g.heartbeat_timeout)
     UNION ALL
     SELECT 'fanout._manage_partitions', NULL
     WHERE EXISTS (SELECT 1 FROM fanout.partition p JOIN fanout.topic t ON t.topic_id = p.topic_id
-                  WHERE p.closed_at IS NULL AND p.created_at <= $1 - t.partition_interval)
+                  WHERE p.closed_at IS NULL AND $1 - p.created_at >= t.partition_interval)
     UNION ALL
     SELECT 'fanout._cleanup_partitions', NULL
     WHERE EXISTS (SELECT 1 FROM fanout.partition p WHERE p.closed_at IS NOT NULL)

@@ -28,6 +28,7 @@ DECLARE
     v_n int;
     r   record;
 BEGIN
+    PERFORM fanout._enter($1, 'publish');
     v_t := fanout._topic($1);
     IF $2 IS NULL THEN
         RAISE EXCEPTION 'payloads must not be NULL' USING ERRCODE = 'PGQ03';
@@ -58,7 +59,8 @@ BEGIN
     FOR r IN
         SELECT u.p, u.h, u.g, u.ord
         FROM unnest($2, $3, $4) WITH ORDINALITY AS u(p, h, g, ord)
-        WHERE u.ord = 1 OR u.p IS NULL OR pg_column_size(u.p) > v_t.max_payload_bytes
+        WHERE u.ord = 1 OR u.p IS NULL
+           OR octet_length(u.p::text) + coalesce(octet_length(u.h::text), 0) > v_t.max_payload_bytes
            OR (u.h IS NOT NULL AND jsonb_typeof(u.h) <> 'object') OR u.g IS NOT NULL
     LOOP
         PERFORM fanout._check_message(v_t, r.p, r.h, r.g, r.ord::int);

@@ -17,6 +17,7 @@ DECLARE
     v_t fanout.topic;
     v_g fanout.consumer_group;
 BEGIN
+    PERFORM fanout._authorize($1, 'admin');
     v_t := fanout._topic($1);
     IF v_t.semantics <> 'pubsub' THEN
         RAISE EXCEPTION 'topic % is a queue topic; it has no groups to resurrect', quote_literal($1)

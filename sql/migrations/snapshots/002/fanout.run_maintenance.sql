@@ -15,6 +15,7 @@ DECLARE
     v_n     int;
     v_total bigint := 0;
 BEGIN
+    PERFORM fanout._authorize_all();  -- acts on every tenant
     FOR r IN SELECT * FROM fanout.maint_operations(p_now) AS o LOOP
         v_fn := r.func::regproc;
         FOR i IN 1..100 LOOP

@@ -2,6 +2,7 @@
 -- (under a lease, not settled) or waiting for a retry for longer than
 -- older_than, per group, with their attempt and last error: the first place
 -- to look when a consumer is wedged or a message keeps failing.
+-- Only topics the caller may administer (fanout._may).
 -- Raises PGQ03 for NULL or negative older_than.
 -- Tables: fanout.lease, fanout.retry, fanout.consumer_group, fanout.topic.
 CREATE OR REPLACE FUNCTION fanout.stuck_messages(older_than interval)
@@ -22,14 +23,14 @@ BEGIN
     JOIN fanout.consumer_group g ON g.group_id = l.group_id
     JOIN fanout.topic t ON t.topic_id = g.topic_id
     CROSS JOIN LATERAL unnest(l.msg_ids, l.attempts) AS u(id, att)
-    WHERE l.open_count > 0 AND l.created_at < now() - $1
+    WHERE l.open_count > 0 AND now() - l.created_at > $1 AND fanout._may(t.topic, 'admin')
       AND u.id <> ALL (l.settled) AND u.id <> ALL (l.reclaimed)
     UNION ALL
     SELECT t.topic, g.group_name, r.message_id, 'retry', r.attempt, r.not_before, NULL, r.last_error
     FROM fanout.retry r
     JOIN fanout.consumer_group g ON g.group_id = r.group_id
     JOIN fanout.topic t ON t.topic_id = g.topic_id
-    WHERE r.not_before < now() - $1
+    WHERE now() - r.not_before > $1 AND fanout._may(t.topic, 'admin')
     ORDER BY 6, 1, 2, 3;
 END
 $fn$;

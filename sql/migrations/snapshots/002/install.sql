@@ -3,27 +3,43 @@
 -- `make snapshot-sql` (tern code snapshot). Each section may use the ones above it.
 -- Internal helpers (fanout._*): called by the functions below, never by users.
 {{ template "fanout._assign_bit.sql" . }}
+{{ template "fanout._authorize.sql" . }}
+{{ template "fanout._authorize_all.sql" . }}
 {{ template "fanout._backfill_from.sql" . }}
+{{ template "fanout._caller.sql" . }}
+{{ template "fanout._check_grant_args.sql" . }}
 {{ template "fanout._check_message.sql" . }}
 {{ template "fanout._check_name.sql" . }}
+{{ template "fanout._check_subscribe_limits.sql" . }}
 {{ template "fanout._check_topic_settings.sql" . }}
 {{ template "fanout._complete_bits.sql" . }}
 {{ template "fanout._create_insert_functions.sql" . }}
 {{ template "fanout._create_partition.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
+{{ template "fanout._effective_start.sql" . }}
+{{ template "fanout._enter.sql" . }}
+{{ template "fanout._grant_matches.sql" . }}
 {{ template "fanout._group_for_admin.sql" . }}
 {{ template "fanout._group_has_backlog.sql" . }}
 {{ template "fanout._group_idle.sql" . }}
 {{ template "fanout._group_passed.sql" . }}
 {{ template "fanout._group_pins.sql" . }}
 {{ template "fanout._group_unread.sql" . }}
+{{ template "fanout._group_view.sql" . }}
+{{ template "fanout._idle_hint.sql" . }}
+{{ template "fanout._idle_key.sql" . }}
 {{ template "fanout._lease_targets.sql" . }}
 {{ template "fanout._liveness.sql" . }}
 {{ template "fanout._lock_group.sql" . }}
 {{ template "fanout._lock_lease.sql" . }}
+{{ template "fanout._maint_failed.sql" . }}
+{{ template "fanout._may.sql" . }}
+{{ template "fanout._may_see_grant.sql" . }}
 {{ template "fanout._next_id.sql" . }}
+{{ template "fanout._nfc.sql" . }}
 {{ template "fanout._normalize_option.sql" . }}
 {{ template "fanout._notify_override.sql" . }}
+{{ template "fanout._page_keep.sql" . }}
 {{ template "fanout._partition_droppable.sql" . }}
 {{ template "fanout._partition_floor.sql" . }}
 {{ template "fanout._publish_one.sql" . }}
@@ -33,6 +49,7 @@
 {{ template "fanout._restamp.sql" . }}
 {{ template "fanout._resurrect.sql" . }}
 {{ template "fanout._scheduled_count.sql" . }}
+{{ template "fanout._set_idle_hint.sql" . }}
 {{ template "fanout._set_notify.sql" . }}
 {{ template "fanout._snapshot.sql" . }}
 {{ template "fanout._stamp_fence.sql" . }}
@@ -40,7 +57,9 @@
 {{ template "fanout._start_state.sql" . }}
 {{ template "fanout._table_writers.sql" . }}
 {{ template "fanout._topic.sql" . }}
+{{ template "fanout._topic_lock_key.sql" . }}
 {{ template "fanout._topic_stats.sql" . }}
+{{ template "fanout._topic_view.sql" . }}
 {{ template "fanout._touch_member.sql" . }}
 {{ template "fanout._transition.sql" . }}
 {{ template "fanout._window_page.sql" . }}
@@ -64,6 +83,7 @@
 {{ template "fanout.create_topic.sql" . }}
 {{ template "fanout.drop_topic.sql" . }}
 {{ template "fanout.force_complete_orphaned.sql" . }}
+{{ template "fanout.grant_topic.sql" . }}
 {{ template "fanout.groups_near_timeout.sql" . }}
 {{ template "fanout.message_status.sql" . }}
 {{ template "fanout.pause.sql" . }}
@@ -74,6 +94,7 @@
 {{ template "fanout.restart_backfill.sql" . }}
 {{ template "fanout.resume.sql" . }}
 {{ template "fanout.resurrect_group.sql" . }}
+{{ template "fanout.revoke_topic.sql" . }}
 {{ template "fanout.seek.sql" . }}
 {{ template "fanout.stuck_messages.sql" . }}
 {{ template "fanout.unsubscribe.sql" . }}
@@ -89,6 +110,7 @@
 {{ template "fanout.publish_batch.sql" . }}
 {{ template "fanout.read.sql" . }}
 {{ template "fanout.subscribe.sql" . }}
+{{ template "fanout.topic_grants.sql" . }}
 {{ template "fanout.topics.sql" . }}
 -- Privileges, after every definition.
 {{ template "_grants.sql" . }}

@@ -1,0 +1,51 @@
+-- fanout._may(p_topic, p_privilege): whether the caller (fanout._caller) may
+-- use topic p_topic (a name; it need not exist) with p_privilege 'publish',
+-- 'consume', 'admin', or 'any' (some grant at all: what fanout.topics shows).
+-- True when the caller is a superuser or a member of the owner of schema
+-- fanout; otherwise it needs both the group role of the privilege
+-- (fanout_producer, fanout_consumer, fanout_admin; 'any': one of them) and a
+-- grant in fanout.topic_grant matching the topic for that privilege or
+-- 'admin', held by a role it has the privileges of (pg_has_role USAGE).
+-- Tables: fanout.topic_grant, pg_roles, pg_namespace.
+CREATE OR REPLACE FUNCTION fanout._may(p_topic text, p_privilege text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_caller oid := fanout._caller();
+    v_role   boolean;
+    v_all    boolean;
+    v_topic  text;
+BEGIN
+    IF v_caller IS NULL OR p_topic IS NULL THEN
+        RETURN false;
+    END IF;
+    -- One look-up: superuser or schema owner (everything), else the group role.
+    SELECT r.rolsuper OR pg_has_role(v_caller, n.nspowner, 'USAGE'),
+           CASE p_privilege
+               WHEN 'publish' THEN pg_has_role(v_caller, 'fanout_producer', 'USAGE')
+               WHEN 'consume' THEN pg_has_role(v_caller, 'fanout_consumer', 'USAGE')
+               WHEN 'admin' THEN pg_has_role(v_caller, 'fanout_admin', 'USAGE')
+               ELSE pg_has_role(v_caller, 'fanout_producer', 'USAGE')
+                    OR pg_has_role(v_caller, 'fanout_consumer', 'USAGE')
+           END
+    INTO v_all, v_role
+    FROM pg_roles r, pg_namespace n
+    WHERE r.oid = v_caller AND n.nspname = 'fanout';
+    IF v_all THEN
+        RETURN true;
+    END IF;
+    IF NOT v_role THEN
+        RETURN false;
+    END IF;
+    v_topic := fanout._nfc(p_topic);
+    -- The match of fanout._grant_matches, inline (this runs on every publish).
+    RETURN EXISTS (
+        SELECT 1 FROM fanout.topic_grant g JOIN pg_roles r ON r.oid = g.role
+        WHERE (g.privilege = p_privilege OR g.privilege = 'admin' OR p_privilege = 'any')
+          AND CASE WHEN right(g.pattern, 1) = '%' THEN starts_with(v_topic, left(g.pattern, -1))
+                   ELSE v_topic = g.pattern END
+          AND pg_has_role(v_caller, r.oid, 'USAGE'));
+END
+$fn$;
