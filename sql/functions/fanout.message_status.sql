@@ -64,9 +64,12 @@ BEGIN
                                     AND p_message_id = ANY (l.msg_ids) AND p_message_id <> ALL (l.settled)
                                     AND p_message_id <> ALL (l.reclaimed)) THEN 'in_flight'
                      -- A latest group starts at the first id assigned after it joined
-                     -- (joined_id); the others at effective_start_id.
+                     -- (joined_id); the others at effective_start_id. A message whose
+                     -- transaction the subscription's snapshot did not see is owed
+                     -- whatever its id.
                      WHEN p_message_id < CASE WHEN g.start_position = 'latest' THEN g.joined_id
-                                              ELSE coalesce(g.effective_start_id, 0) END THEN 'before_start'
+                                              ELSE coalesce(g.effective_start_id, 0) END
+                          AND pg_visible_in_snapshot(v_txid, g.join_snap) THEN 'before_start'
                      WHEN g.bit_no IS NOT NULL AND (v_done & (1::bigint << g.bit_no)) <> 0 THEN 'acked'
                      WHEN g.bit_no IS NOT NULL AND (v_req & (1::bigint << g.bit_no)) = 0 THEN 'not_required'
                      WHEN NOT pg_visible_in_snapshot(v_txid, g.win_lo)
