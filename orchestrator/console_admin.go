@@ -262,15 +262,10 @@ func (c *Console) runAdmin(ctx context.Context, action string, req AdminRequest,
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
-	// No SQL function records an actor, so the row is written here, in the
-	// action's transaction: without it the action does not happen.
-	if err := tx.QueryRow(ctx, `INSERT INTO fanout.event_log (topic, group_name, kind, count, detail)
-		VALUES ($1, $2, $3, $4, $5) RETURNING event_id`,
+	// Recorded in the action's transaction: without the row the action does
+	// not happen. fanout.log_action adds the sidecar's database role.
+	if err := tx.QueryRow(ctx, `SELECT fanout.log_action($1, $2, $3, $4, $5)`,
 		req.Topic, group, "console_"+action, res.Count, d).Scan(&res.EventID); err != nil {
-		if isPrivilegeError(err) {
-			return nil, &pgconn.PgError{Code: "42501", Message: "the sidecar's database role cannot record the action in " +
-				"fanout.event_log, so it was not done: run pgq-scheduler as the owner of schema fanout (the role that migrates)"}
-		}
 		return nil, fmt.Errorf("console: event_log: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -138,6 +138,9 @@ func TestEdgesStress(t *testing.T) {
 	}
 	if st.missingTotal(groups) > 0 {
 		stressDiagnose(b.ctx, t, pool)
+		for _, g := range groups {
+			st.diagnoseMissing(b.ctx, t, pool, g)
+		}
 	}
 	for _, g := range groups {
 		owed, got, missing, ghost := st.report(g)
@@ -532,5 +535,39 @@ func stressDiagnose(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 			continue
 		}
 		t.Logf("diagnose:\n%s", out)
+	}
+}
+
+// diagnoseMissing logs, for a few keys a group is missing, where the message
+// is and what the group's leases did with it.
+func (s *stressState) diagnoseMissing(ctx context.Context, t *testing.T, pool *pgxpool.Pool, g stressGroup) {
+	keys := s.owed(g)
+	s.mu.Lock()
+	var missing []string
+	for _, k := range keys {
+		if !s.got[g][k] && len(missing) < 3 {
+			missing = append(missing, k)
+		}
+	}
+	s.mu.Unlock()
+	for _, k := range missing {
+		var out string
+		table := map[string]string{"sq": "m1", "so": "m2", "sr": "m3"}[g.topic]
+		err := pool.QueryRow(ctx, `
+			SELECT format('%s/%s key %s: message %s txid %s; leases: %s; retry %s; dead %s', t.topic, $2::text, $3::text, m.id, m.txid,
+			       (SELECT string_agg(format('#%s %s settled=%s reclaimed=%s open=%s', l.lease_id, l.consumer,
+			                                 m.id = ANY (l.settled), m.id = ANY (l.reclaimed), l.open_count), '; ')
+			          FROM fanout.lease l JOIN fanout.consumer_group cg ON cg.group_id = l.group_id
+			         WHERE m.id = ANY (l.msg_ids) AND cg.topic_id = t.topic_id
+			           AND cg.group_name IS NOT DISTINCT FROM nullif($2, '')),
+			       (SELECT count(*) FROM fanout.retry r WHERE r.message_id = m.id),
+			       (SELECT count(*) FROM fanout.dead_letter d WHERE d.message_id = m.id))
+			FROM fanout.topic t, LATERAL (SELECT * FROM fanout_data.`+table+` x WHERE x.payload->>'k' = $3) m
+			WHERE t.topic = $1`, g.topic, g.group, k).Scan(&out)
+		if err != nil {
+			t.Logf("diagnose %s/%s %s: %v", g.topic, g.group, k, err)
+			continue
+		}
+		t.Logf("diagnose: %s", out)
 	}
 }

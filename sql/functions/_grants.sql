@@ -56,7 +56,8 @@ GRANT EXECUTE ON FUNCTION
     fanout.cancel_backfill(text, text),
     fanout.restart_backfill(text, text),
     fanout.force_complete_orphaned(text, interval),
-    fanout.replay(text, text, bigint[])
+    fanout.replay(text, text, bigint[]),
+    fanout.log_action(text, text, text, bigint, jsonb)
 TO fanout_admin;
 
 GRANT EXECUTE ON FUNCTION

@@ -85,6 +85,7 @@
 {{ template "fanout.force_complete_orphaned.sql" . }}
 {{ template "fanout.grant_topic.sql" . }}
 {{ template "fanout.groups_near_timeout.sql" . }}
+{{ template "fanout.log_action.sql" . }}
 {{ template "fanout.message_status.sql" . }}
 {{ template "fanout.pause.sql" . }}
 {{ template "fanout.purge_dead_letters.sql" . }}
