@@ -24,9 +24,10 @@ SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 #variable_conflict use_column
 DECLARE
-    v_t fanout.topic;
-    v_n int;
-    r   record;
+    v_t  fanout.topic;
+    v_n  int;
+    v_at timestamptz;
+    r    record;
 BEGIN
     PERFORM fanout._enter($1, 'publish');
     v_t := fanout._topic($1);
@@ -45,13 +46,7 @@ BEGIN
         RAISE EXCEPTION 'dedupe_keys has % elements but payloads has %', cardinality($6), v_n
             USING ERRCODE = 'PGQ03';
     END IF;
-    IF $7 IS NOT NULL AND $8 IS NOT NULL THEN
-        RAISE EXCEPTION 'pass deliver_at or delay, not both' USING ERRCODE = 'PGQ03';
-    END IF;
-    IF $8 < interval '0' OR $8 > interval '366 days' OR $7 > clock_timestamp() + interval '366 days' THEN
-        RAISE EXCEPTION 'a message can be delayed by at most 366 days, got %', coalesce($8::text, $7::text)
-            USING ERRCODE = 'PGQ03';
-    END IF;
+    v_at := fanout._delivery_time($7, $8);
     IF v_n = 0 THEN
         RETURN;
     END IF;
@@ -71,7 +66,7 @@ BEGIN
         -- One at a time, in input order (a key repeated in the batch meets
         -- its own first claim).
         RETURN QUERY
-        SELECT fanout._publish_one(v_t, u.p, u.h, u.g, u.k, coalesce($7, clock_timestamp() + $8))
+        SELECT fanout._publish_one(v_t, u.p, u.h, u.g, u.k, v_at)
         FROM unnest($2, $3, $4, $6) WITH ORDINALITY AS u(p, h, g, k, ord)
         ORDER BY u.ord;
     ELSE

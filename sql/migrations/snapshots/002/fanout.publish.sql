@@ -34,6 +34,7 @@ AS $fn$
 DECLARE
     v_t  fanout.topic;
     v_id bigint;
+    v_at timestamptz;
 BEGIN
     PERFORM fanout._enter($1, 'publish');
     SELECT * INTO v_t FROM fanout.topic t WHERE t.topic = $1;
@@ -47,15 +48,9 @@ BEGIN
         PERFORM fanout._check_message(v_t, $2, $3, $4, NULL);
     END IF;
     IF $6 IS NOT NULL OR $7 IS NOT NULL OR $8 IS NOT NULL THEN
-        IF $7 IS NOT NULL AND $8 IS NOT NULL THEN
-            RAISE EXCEPTION 'pass deliver_at or delay, not both' USING ERRCODE = 'PGQ03';
-        END IF;
-        IF $8 < interval '0' OR $8 > interval '366 days' OR $7 > clock_timestamp() + interval '366 days' THEN
-            RAISE EXCEPTION 'a message can be delayed by at most 366 days, got %', coalesce($8::text, $7::text)
-                USING ERRCODE = 'PGQ03';
-        END IF;
+        v_at := fanout._delivery_time($7, $8);
         PERFORM fanout._notify_override(v_t, $5, true);
-        v_id := fanout._publish_one(v_t, $2, $3, $4, $6, coalesce($7, clock_timestamp() + $8));
+        v_id := fanout._publish_one(v_t, $2, $3, $4, $6, v_at);
         PERFORM fanout._notify_override(v_t, $5, false);
         RETURN v_id;
     END IF;
