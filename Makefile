@@ -6,14 +6,14 @@ BIN   := bin/pgq-scheduler
 # `make test` follow TEST_PORT unless set: RESTART_PORT (TestDatabaseRestart's
 # second cluster), CRON_PORT (the pg_cron cluster), PGBOUNCER_PORT (PgBouncer
 # in front of the test cluster).
-TEST_PORT      ?= 55433
-RUN_PORT       ?= 55432
-BENCH_PORT     ?= 55434
+TEST_PORT      ?= 25433
+RUN_PORT       ?= 25432
+BENCH_PORT     ?= 25434
 RESTART_PORT   ?= $(shell expr $(TEST_PORT) + 8)
 CRON_PORT      ?= $(shell expr $(TEST_PORT) + 9)
 PGBOUNCER_PORT ?= $(shell expr $(TEST_PORT) + 10)
-CHAOS_PORT     ?= 55435
-CHAOS_FAILOVER_PORT ?= 55436
+CHAOS_PORT     ?= 25435
+CHAOS_FAILOVER_PORT ?= 25436
 # TestChaosShort's clusters (this port and the next).
 CHAOS_CI_PORT  ?= $(shell expr $(TEST_PORT) + 11)
 LISTEN         ?= 127.0.0.1:9187

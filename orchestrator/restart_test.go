@@ -21,14 +21,14 @@ import (
 // restartCluster is the throwaway cluster of TestDatabaseRestart (name and
 // port of its own: it is stopped and started under the test's feet). The
 // port is PGQ_TEST_RESTART_PORT (make test sets it from RESTART_PORT),
-// 55441 when unset.
+// 25441 when unset.
 const restartCluster = "restart"
 
 func restartPort() string {
 	if p := os.Getenv("PGQ_TEST_RESTART_PORT"); p != "" {
 		return p
 	}
-	return "55441"
+	return "25441"
 }
 
 func devdb(t *testing.T, args ...string) string {

@@ -24,7 +24,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cmd=${1:-}
 name=${2:-dev}
-port=${3:-55432}
+port=${3:-25432}
 base="$here/.pgq-dev"
 dir="$base/$name"
 

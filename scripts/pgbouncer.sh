@@ -14,7 +14,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cmd=${1:-}
-port=${2:-55443}
+port=${2:-25443}
 
 log() { echo "pgbouncer.sh: $*" >&2; }
 dir="/tmp/pgq-pgbouncer-$port"

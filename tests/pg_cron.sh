@@ -10,7 +10,7 @@
 # this takes two to three minutes; `make test` runs it beside the Go tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-port=${1:-55442}
+port=${1:-25442}
 scripts/deps.sh ensure pg_cron
 
 scripts/devdb.sh reset cron

@@ -24,11 +24,11 @@ import (
 // pgbouncer starts (or reuses) a PgBouncer in transaction pooling mode in
 // front of the test server (scripts/pgbouncer.sh, which installs Debian's
 // pgbouncer as root) on PGQ_TEST_PGBOUNCER_PORT (make test: PGBOUNCER_PORT,
-// default 55443) and returns the URL of database db through it. A missing
+// default 25443) and returns the URL of database db through it. A missing
 // PgBouncer fails the test, saying what to install.
 func pgbouncer(t *testing.T, db string) string {
 	t.Helper()
-	port := 55443
+	port := 25443
 	if p := os.Getenv("PGQ_TEST_PGBOUNCER_PORT"); p != "" {
 		var err error
 		port, err = strconv.Atoi(p)

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 }
 
 // ciPort is the port of the short run's own cluster: PGQ_TEST_CHAOS_PORT
-// (make test sets it from CHAOS_CI_PORT), 55442 when unset. The
+// (make test sets it from CHAOS_CI_PORT), 25442 when unset. The
 // long-transaction and dead-group scenarios run on a second cluster on the
 // next port.
 func ciPort(t *testing.T) int {
@@ -35,7 +35,7 @@ func ciPort(t *testing.T) int {
 		require.NoError(t, err, "PGQ_TEST_CHAOS_PORT")
 		return n
 	}
-	return 55444 // make test: CHAOS_CI_PORT, TEST_PORT + 11
+	return 25444 // make test: CHAOS_CI_PORT, TEST_PORT + 11
 }
 
 // TestChaosShort is the CI version of make chaos: a 60-second soak with at

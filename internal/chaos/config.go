@@ -16,10 +16,10 @@ type Config struct {
 	// first folder holding go.mod at or above the working directory.
 	Root string
 	// Port is the port of the soak's throwaway cluster (and of the
-	// long-transaction and dead-group scenarios). Default 55435.
+	// long-transaction and dead-group scenarios). Default 25435.
 	Port int
 	// FailoverPort is the primary's port in the failover scenarios; the
-	// standby listens on FailoverPort+1. Default 55436.
+	// standby listens on FailoverPort+1. Default 25436.
 	FailoverPort int
 	// Cluster names the soak's cluster (.pgq-dev/<Cluster>). Default "chaos".
 	Cluster string
@@ -95,8 +95,8 @@ type Config struct {
 
 // Defaults of Config, in one place.
 const (
-	DefaultPort            = 55435
-	DefaultFailoverPort    = 55436
+	DefaultPort            = 25435
+	DefaultFailoverPort    = 25436
 	DefaultCluster         = "chaos"
 	DefaultDuration        = 180 * time.Second
 	DefaultDrainTimeout    = 120 * time.Second

@@ -68,7 +68,7 @@ func ServerURL(t testing.TB) string {
 			serverErr = err
 			return
 		}
-		out, err := exec.Command(filepath.Join(root, "scripts", "devdb.sh"), "start", "test", "55433").Output()
+		out, err := exec.Command(filepath.Join(root, "scripts", "devdb.sh"), "start", "test", "25433").Output()
 		if err != nil {
 			serverErr = fmt.Errorf("starting the throwaway PostgreSQL (scripts/devdb.sh): %w", err)
 			return
