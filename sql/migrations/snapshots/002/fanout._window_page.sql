@@ -171,8 +171,12 @@ BEGIN
             -- Listed transactions wait (counted as running) until their
             -- stamps are reconciled; the list is read after the snapshot, so
             -- it holds every listed transaction the snapshot sees ended.
+            -- Only those this group has not passed yet (not visible in the
+            -- window just used up): holding back one it passed would hand
+            -- it out again.
             PERFORM fanout._reconcile_stamps(p_topic_id, v_new);
-            v_listed := ARRAY(SELECT DISTINCT s.txid FROM fanout.stamp_pending s WHERE s.topic_id = p_topic_id);
+            v_listed := ARRAY(SELECT DISTINCT s.txid FROM fanout.stamp_pending s
+                              WHERE s.topic_id = p_topic_id AND NOT pg_visible_in_snapshot(s.txid, o_hi));
             IF cardinality(v_listed) > 0 THEN
                 v_new := fanout._snapshot(v_new, v_listed);
             END IF;
