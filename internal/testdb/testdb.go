@@ -55,7 +55,7 @@ var (
 )
 
 // ServerURL returns the URL of the server the tests use, starting the
-// throwaway cluster when DATABASE_URL is not set.
+// throwaway cluster (on TEST_PORT, default 25433) when DATABASE_URL is not set.
 func ServerURL(t testing.TB) string {
 	t.Helper()
 	serverOnce.Do(func() {
@@ -68,7 +68,11 @@ func ServerURL(t testing.TB) string {
 			serverErr = err
 			return
 		}
-		out, err := exec.Command(filepath.Join(root, "scripts", "devdb.sh"), "start", "test", "25433").Output()
+		port := os.Getenv("TEST_PORT")
+		if port == "" {
+			port = "25433"
+		}
+		out, err := exec.Command(filepath.Join(root, "scripts", "devdb.sh"), "start", "test", port).Output()
 		if err != nil {
 			serverErr = fmt.Errorf("starting the throwaway PostgreSQL (scripts/devdb.sh): %w", err)
 			return
