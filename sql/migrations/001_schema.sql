@@ -44,7 +44,11 @@ CREATE TABLE fanout.topic (
     seq_name                            text NOT NULL,
     dropped_unread                      bigint NOT NULL DEFAULT 0,
     created_at                          timestamptz NOT NULL DEFAULT now(),
-    dedupe_window                       interval NOT NULL DEFAULT '24 hours'
+    dedupe_window                       interval NOT NULL DEFAULT '24 hours',
+    -- Key partitions (create_topic(..., partitions => P)): NULL = unpartitioned.
+    -- Not to be confused with the storage partitions of fanout.partition.
+    partitions                          int CHECK (partitions BETWEEN 1 AND 1024),
+    whole_transactions                  boolean NOT NULL DEFAULT false
 );
 
 -- A consumer group. A queue topic has exactly one, implicit, with group_name
@@ -79,6 +83,9 @@ CREATE TABLE fanout.consumer_group (
     -- message whose transaction it does not see is one the group must get
     -- (fanout._reconcile_stamps).
     join_snap           pg_snapshot NOT NULL DEFAULT '1:1:',
+    -- Partitioned topics: how members get key partitions, fixed by the first
+    -- read ('auto': assignment; 'explicit': read(..., partition => k)).
+    kpart_mode          text CHECK (kpart_mode IN ('auto', 'explicit')),
     UNIQUE NULLS NOT DISTINCT (topic_id, group_name),
     UNIQUE (topic_id, bit_no)
 );
@@ -106,7 +113,9 @@ CREATE TABLE fanout.lease (
     reclaimed   bigint[] NOT NULL DEFAULT '{}',   -- taken over by a later lease after expiry
     open_count  int NOT NULL,                     -- neither settled nor reclaimed
     min_id      bigint NOT NULL,                  -- pins partitions while open
-    closed_at   timestamptz                       -- set when open_count reaches 0
+    closed_at   timestamptz,                      -- set when open_count reaches 0
+    kpart       int,                              -- partitioned topics: the key partition of the page
+    generation  bigint                            -- and its generation when handed out
 );
 CREATE INDEX lease_open_idx ON fanout.lease (group_id, expires_at, lease_id) WHERE open_count > 0;
 CREATE INDEX lease_closed_idx ON fanout.lease (closed_at) WHERE open_count = 0;
@@ -119,9 +128,36 @@ CREATE TABLE fanout.retry (
     attempt     int NOT NULL,          -- deliveries so far
     not_before  timestamptz NOT NULL,
     last_error  text,
+    kpart       int,                   -- partitioned topics: the message's key partition
     PRIMARY KEY (group_id, message_id)
 );
 CREATE INDEX retry_due_idx ON fanout.retry (group_id, not_before);
+CREATE INDEX retry_kpart_idx ON fanout.retry (group_id, kpart) WHERE kpart IS NOT NULL;
+
+-- Partitioned topics: one row per (group, key partition). Each has its own
+-- snapshot window and cursor (same algorithm as the group's in
+-- fanout.consumer_group, whose window stays the group's starting point),
+-- its owner (the member it is assigned to; NULL = free) and generation
+-- (bumped at every ownership change), and its current page: the next page of
+-- a key partition is handed out only once this lease is settled
+-- (fanout._kpart_read). "kpart" names key partitions everywhere, to keep
+-- them apart from the storage partitions of fanout.partition.
+CREATE TABLE fanout.kpart (
+    group_id     bigint NOT NULL REFERENCES fanout.consumer_group ON DELETE CASCADE,
+    kpart        int NOT NULL,
+    win_lo       pg_snapshot NOT NULL,
+    win_hi       pg_snapshot NOT NULL,
+    cur_txid     xid8 NOT NULL DEFAULT '0',
+    cur_id       bigint NOT NULL DEFAULT 0,
+    owner        text,
+    generation   bigint NOT NULL DEFAULT 0,
+    owned_at     timestamptz,
+    lease_id     bigint,                -- the current page (no foreign key: leases are cleaned up)
+    delivered    bigint NOT NULL DEFAULT 0,
+    last_read_at timestamptz,
+    PRIMARY KEY (group_id, kpart)
+);
+CREATE INDEX kpart_owner_idx ON fanout.kpart (group_id, owner);
 
 -- Dead letters keep a copy of the message so that they outlive partition drops.
 CREATE TABLE fanout.dead_letter (

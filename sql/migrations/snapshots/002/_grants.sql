@@ -12,11 +12,13 @@ GRANT fanout_producer, fanout_consumer TO fanout_admin;
 GRANT EXECUTE ON FUNCTION
     fanout.publish(text, jsonb, jsonb, text, boolean, text, timestamptz, interval),
     fanout.publish_batch(text, jsonb[], jsonb[], text[], boolean, text[], timestamptz, interval),
-    fanout.channel_name(bigint)
+    fanout.channel_name(bigint),
+    fanout.partition_of(text, text)
 TO fanout_producer;
 
 GRANT EXECUTE ON FUNCTION
-    fanout.read(text, text, text, int, interval, bigint),
+    fanout.read(text, text, text, int, interval, bigint, int),
+    fanout.partition_of(text, text),
     fanout.ack(bigint, bigint[]),
     fanout.nack(bigint, bigint[], interval, text),
     fanout.extend_lease(bigint, interval),
@@ -26,8 +28,8 @@ GRANT EXECUTE ON FUNCTION
 TO fanout_consumer;
 
 GRANT EXECUTE ON FUNCTION
-    fanout.create_topic(text, text, text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval),
-    fanout.alter_topic(text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval),
+    fanout.create_topic(text, text, text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval, int, boolean),
+    fanout.alter_topic(text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval, int, boolean),
     fanout.drop_topic(text, boolean),
     fanout.replay_dead_letters(text, text, bigint[]),
     fanout.purge_dead_letters(text, text, interval),
@@ -75,8 +77,10 @@ GRANT EXECUTE ON FUNCTION
     fanout._scheduled_count(bigint)
 TO fanout_admin, fanout_producer, fanout_consumer;
 GRANT EXECUTE ON FUNCTION fanout._group_view(bigint) TO fanout_admin, fanout_consumer;
+GRANT EXECUTE ON FUNCTION fanout._kpart_view(bigint, int) TO fanout_admin, fanout_consumer;
 
 GRANT SELECT ON fanout.topics TO fanout_admin, fanout_producer, fanout_consumer;
 GRANT SELECT ON fanout.dead_letters TO fanout_admin, fanout_consumer;
 GRANT SELECT ON fanout.groups TO fanout_admin, fanout_consumer;
+GRANT SELECT ON fanout.partitions TO fanout_admin, fanout_consumer;
 GRANT SELECT ON fanout.topic_grants TO fanout_admin, fanout_producer, fanout_consumer;

@@ -3,7 +3,8 @@
 -- retention, zero_subscription_retention, max_retention and zombie_ttl at
 -- most 3650 days, partition_interval at most 365 days, so that maintenance
 -- can always compute with them (a setting of 178,000,000 years made every
--- timestamp computation of maintenance fail).
+-- timestamp computation of maintenance fail). partitions: NULL or 1..1024;
+-- whole_transactions only with partitions.
 -- Raises PGQ03 naming the first bad setting. Touches no table.
 CREATE OR REPLACE FUNCTION fanout._check_topic_settings(p_t fanout.topic)
 RETURNS void
@@ -56,6 +57,17 @@ BEGIN
     IF p_t.dedupe_window IS NULL OR p_t.dedupe_window < interval '0' OR p_t.dedupe_window > interval '30 days' THEN
         RAISE EXCEPTION 'dedupe_window must be an interval from 0 to 30 days, got %',
             coalesce(p_t.dedupe_window::text, 'NULL') USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.partitions IS NOT NULL AND (p_t.partitions < 1 OR p_t.partitions > 1024) THEN
+        RAISE EXCEPTION 'partitions must be between 1 and 1024 (or NULL: unpartitioned), got %', p_t.partitions
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.whole_transactions IS NULL THEN
+        RAISE EXCEPTION 'whole_transactions must not be NULL' USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.whole_transactions AND p_t.partitions IS NULL THEN
+        RAISE EXCEPTION 'whole_transactions applies to partitioned topics only'
+            USING ERRCODE = 'PGQ03', HINT = 'create the topic with partitions => P (P = 1 keeps one total order)';
     END IF;
 END
 $fn$;

@@ -8,6 +8,8 @@
 -- Their INSERTs are static SQL,
 -- so each session plans them once: planning an INSERT into a partitioned
 -- table on every publish (dynamic SQL) cost more than the insert itself.
+-- On a partitioned topic they also set each message's kpart (the topic's
+-- partition count is compiled in: fanout.alter_topic regenerates them).
 -- Nobody but the owner may call them. Tables: fanout.topic; creates functions.
 CREATE OR REPLACE FUNCTION fanout._create_insert_functions(p_topic_id bigint)
 RETURNS void
@@ -17,8 +19,16 @@ AS $fn$
 DECLARE
     v_table text;
     v_seq   text;
+    v_parts int;
+    v_kcol  text := '';
 BEGIN
-    SELECT t.data_table, t.seq_name INTO STRICT v_table, v_seq FROM fanout.topic t WHERE t.topic_id = p_topic_id;
+    SELECT t.data_table, t.seq_name, t.partitions INTO STRICT v_table, v_seq, v_parts
+    FROM fanout.topic t WHERE t.topic_id = p_topic_id;
+    IF v_parts IS NOT NULL THEN
+        -- Partitioned topic: each message's key partition (fanout._kpart_of;
+        -- no message_group: at random), with the count as a constant.
+        v_kcol := ', kpart';
+    END IF;
     EXECUTE format($ddl$
         CREATE OR REPLACE FUNCTION fanout_data.%1$I(p_payload jsonb, p_headers jsonb, p_message_group text)
         RETURNS bigint
@@ -28,12 +38,12 @@ BEGIN
         DECLARE
             v_id bigint;
         BEGIN
-            INSERT INTO fanout_data.%2$I (headers, message_group, payload)
-            VALUES (p_headers, p_message_group, p_payload)
+            INSERT INTO fanout_data.%2$I (headers, message_group, payload%3$s)
+            VALUES (p_headers, p_message_group, p_payload%4$s)
             RETURNING id INTO v_id;
             RETURN v_id;
         END
-        $body$$ddl$, v_table || '_insert', v_table);
+        $body$$ddl$, v_table || '_insert', v_table, v_kcol, fanout._kpart_expr(v_parts, 'p_message_group'));
     EXECUTE format($ddl$
         CREATE OR REPLACE FUNCTION fanout_data.%1$I(p_payloads jsonb[], p_headers jsonb[], p_message_groups text[])
         RETURNS SETOF bigint
@@ -43,14 +53,14 @@ BEGIN
         BEGIN
             RETURN QUERY
             WITH ins AS (
-                INSERT INTO fanout_data.%2$I (headers, message_group, payload)
-                SELECT coalesce(u.h, '{}'::jsonb), u.g, u.p
+                INSERT INTO fanout_data.%2$I (headers, message_group, payload%3$s)
+                SELECT coalesce(u.h, '{}'::jsonb), u.g, u.p%4$s
                 FROM unnest(p_payloads, p_headers, p_message_groups) WITH ORDINALITY AS u(p, h, g, ord)
                 ORDER BY u.ord
                 RETURNING id)
             SELECT ins.id FROM ins ORDER BY ins.id;
         END
-        $body$$ddl$, v_table || '_insert_batch', v_table);
+        $body$$ddl$, v_table || '_insert_batch', v_table, v_kcol, fanout._kpart_expr(v_parts, 'u.g'));
     EXECUTE format($ddl$
         CREATE OR REPLACE FUNCTION fanout_data.%1$I(p_id bigint, p_payload jsonb, p_headers jsonb,
                                                    p_message_group text, p_deliver_at timestamptz)
@@ -61,12 +71,13 @@ BEGIN
         DECLARE
             v_id bigint;
         BEGIN
-            INSERT INTO fanout_data.%2$I (id, headers, message_group, payload, deliver_at)
-            VALUES (coalesce(p_id, nextval(%3$L::regclass)), p_headers, p_message_group, p_payload, p_deliver_at)
+            INSERT INTO fanout_data.%2$I (id, headers, message_group, payload, deliver_at%4$s)
+            VALUES (coalesce(p_id, nextval(%3$L::regclass)), p_headers, p_message_group, p_payload, p_deliver_at%5$s)
             RETURNING id INTO v_id;
             RETURN v_id;
         END
-        $body$$ddl$, v_table || '_insert_one', v_table, 'fanout_data.' || quote_ident(v_seq));
+        $body$$ddl$, v_table || '_insert_one', v_table, 'fanout_data.' || quote_ident(v_seq), v_kcol,
+        fanout._kpart_expr(v_parts, 'p_message_group'));
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(jsonb, jsonb, text) FROM PUBLIC', v_table || '_insert');
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(bigint, jsonb, jsonb, text, timestamptz) FROM PUBLIC',
                    v_table || '_insert_one');

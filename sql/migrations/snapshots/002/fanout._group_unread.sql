@@ -10,7 +10,9 @@
 --   (b) txid running at lo, after the cursor (point look-ups);
 --   (c) txid running at hi (so skipped by the window scan), not visible in
 --       lo, at or before the cursor: the next window delivers them.
--- Reads fanout.consumer_group and the topic's message table.
+-- On a partitioned topic: the sum over its key partitions' cursors
+-- (fanout.kpart). Reads fanout.consumer_group, fanout.kpart and the topic's
+-- message table.
 CREATE OR REPLACE FUNCTION fanout._group_unread(
     p_group_id bigint, p_limit bigint DEFAULT NULL, p_relname text DEFAULT NULL,
     OUT messages bigint, OUT oldest_published_at timestamptz)
@@ -28,6 +30,10 @@ DECLARE
     v_g     fanout.consumer_group;
     v_table text;
     v_filter text := '';
+    v_parts  int;
+    v_k      record;
+    v_m      bigint;
+    v_o      timestamptz;
 BEGIN
     SELECT * INTO STRICT v_g FROM fanout.consumer_group g WHERE g.group_id = p_group_id;
     IF v_g.bit_no IS NOT NULL THEN
@@ -38,21 +44,30 @@ BEGIN
     ELSE
         v_table := p_relname;
     END IF;
-    EXECUTE format(
-        'SELECT count(*), min(u.published_at) FROM (
-             (SELECT m.published_at FROM fanout_data.%1$I m
-              WHERE m.txid >= $1 AND (m.txid, m.id) > ($2, $3) AND (m.id >= $4 OR m.txid >= $9 OR m.txid = ANY ($7)) %2$s LIMIT $5)
-             UNION ALL
-             (SELECT m.published_at FROM fanout_data.%1$I m
-              WHERE m.txid = ANY ($6) AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 %2$s LIMIT $5)
-             UNION ALL
-             (SELECT m.published_at FROM fanout_data.%1$I m
-              WHERE m.txid = ANY ($7) AND NOT pg_visible_in_snapshot(m.txid, $8)
-                AND (m.txid, m.id) <= ($2, $3) %2$s LIMIT $5)) u', v_table, v_filter)
-        INTO messages, oldest_published_at
-        USING pg_snapshot_xmax(v_g.win_lo), v_g.cur_txid, v_g.cur_id,
-              CASE WHEN pg_snapshot_xmax(v_g.win_lo) = '1' THEN coalesce(v_g.effective_start_id, 0) ELSE 0 END,
-              p_limit, ARRAY(SELECT pg_snapshot_xip(v_g.win_lo)), ARRAY(SELECT pg_snapshot_xip(v_g.win_hi)),
-              v_g.win_lo, pg_snapshot_xmax(v_g.win_hi);
+    SELECT t.partitions INTO v_parts FROM fanout.topic t WHERE t.topic_id = v_g.topic_id;
+    IF v_parts IS NOT NULL THEN
+        -- Partitioned topic: the sum over the key partitions' cursors (a
+        -- partition without one yet is at the group's position).
+        messages := 0;
+        FOR v_k IN
+            SELECT s AS kpart, coalesce(k.win_lo, v_g.win_lo) AS win_lo, coalesce(k.win_hi, v_g.win_hi) AS win_hi,
+                   coalesce(k.cur_txid, v_g.cur_txid) AS cur_txid, coalesce(k.cur_id, v_g.cur_id) AS cur_id
+            FROM generate_series(0, v_parts - 1) AS s
+            LEFT JOIN fanout.kpart k ON k.group_id = p_group_id AND k.kpart = s
+        LOOP
+            v_g.win_lo := v_k.win_lo;
+            v_g.win_hi := v_k.win_hi;
+            v_g.cur_txid := v_k.cur_txid;
+            v_g.cur_id := v_k.cur_id;
+            SELECT u.messages, u.oldest_published_at INTO v_m, v_o
+            FROM fanout._group_unread_at(v_g, v_table, v_filter || format(' AND m.kpart = %s', v_k.kpart), p_limit) u;
+            messages := messages + v_m;
+            oldest_published_at := least(oldest_published_at, v_o);
+            EXIT WHEN p_limit IS NOT NULL AND messages >= p_limit;
+        END LOOP;
+        RETURN;
+    END IF;
+    SELECT u.messages, u.oldest_published_at INTO messages, oldest_published_at
+    FROM fanout._group_unread_at(v_g, v_table, v_filter, p_limit) u;
 END
 $fn$;

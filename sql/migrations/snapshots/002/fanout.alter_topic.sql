@@ -1,7 +1,13 @@
 -- fanout.alter_topic(topic, ...options): changes a topic's settings; a NULL
 -- option is left as it is. semantics and completion are fixed at creation.
+-- partitions may be raised on a partitioned topic, never lowered: keys are
+-- then hashed over the new count, so a key may move to another key
+-- partition; messages already published stay where they are, so per-key
+-- order holds across the change only for keys whose earlier messages were
+-- consumed (README, "Ordering"). An event_log row records the change.
 -- Returns the topic id.
--- Raises: PGQ01, PGQ03 (a bad value). Tables: fanout.topic, fanout_data.* (notify trigger).
+-- Raises: PGQ01, PGQ03 (a bad value). Tables: fanout.topic, fanout.event_log, fanout_data.* (notify trigger,
+-- insert functions).
 CREATE OR REPLACE FUNCTION fanout.alter_topic(
     topic                               text,
     retention                           interval DEFAULT NULL,
@@ -13,7 +19,9 @@ CREATE OR REPLACE FUNCTION fanout.alter_topic(
     zombie_ttl                          interval DEFAULT NULL,
     notify                              boolean DEFAULT NULL,
     partition_interval                  interval DEFAULT NULL,
-    dedupe_window                       interval DEFAULT NULL)
+    dedupe_window                       interval DEFAULT NULL,
+    partitions                          int DEFAULT NULL,
+    whole_transactions                  boolean DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -42,6 +50,16 @@ BEGIN
     v_new.notify := coalesce($9, v_old.notify);
     v_new.partition_interval := coalesce($10, v_old.partition_interval);
     v_new.dedupe_window := coalesce($11, v_old.dedupe_window);
+    v_new.partitions := coalesce($12, v_old.partitions);
+    v_new.whole_transactions := coalesce($13, v_old.whole_transactions);
+    IF $12 IS NOT NULL AND v_old.partitions IS NULL THEN
+        RAISE EXCEPTION 'topic % is not partitioned; partitions is fixed at creation for unpartitioned topics',
+            quote_literal($1) USING ERRCODE = 'PGQ03', HINT = 'create a new topic with partitions => P';
+    END IF;
+    IF $12 IS NOT NULL AND $12 < v_old.partitions THEN
+        RAISE EXCEPTION 'partitions may be raised, never lowered: % has %, got %',
+            quote_literal($1), v_old.partitions, $12 USING ERRCODE = 'PGQ03';
+    END IF;
     PERFORM fanout._check_topic_settings(v_new);
     UPDATE fanout.topic t
     SET retention = v_new.retention, zero_subscription_retention = v_new.zero_subscription_retention,
@@ -49,8 +67,17 @@ BEGIN
         max_retention = v_new.max_retention, max_attempts = v_new.max_attempts,
         max_payload_bytes = v_new.max_payload_bytes, zombie_ttl = v_new.zombie_ttl,
         notify = v_new.notify, partition_interval = v_new.partition_interval,
-        dedupe_window = v_new.dedupe_window
+        dedupe_window = v_new.dedupe_window, partitions = v_new.partitions,
+        whole_transactions = v_new.whole_transactions
     WHERE t.topic_id = v_old.topic_id;
+    IF v_new.partitions IS DISTINCT FROM v_old.partitions THEN
+        -- New messages hash over the new count (fanout._kpart_of); messages
+        -- already published stay in their key partition.
+        PERFORM fanout._create_insert_functions(v_old.topic_id);
+        INSERT INTO fanout.event_log (topic, kind, count, detail)
+        VALUES (v_old.topic, 'partitions_raised', v_new.partitions - v_old.partitions,
+                jsonb_build_object('from', v_old.partitions, 'to', v_new.partitions));
+    END IF;
     IF v_new.notify IS DISTINCT FROM v_old.notify THEN
         PERFORM fanout._set_notify(v_old.topic_id, v_new.notify);
     END IF;

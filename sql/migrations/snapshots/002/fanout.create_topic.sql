@@ -6,6 +6,10 @@
 -- Idempotent: called again with the same settings it returns the same id;
 -- with different settings it raises PGQ02 naming them.
 -- Returns the topic id.
+-- Partitioned topics (partitions => P, 1..1024) get a kpart column (the key
+-- partition of each message, fanout._kpart_of) with an index on
+-- (kpart, txid, id); whole_transactions (partitioned topics only) keeps a
+-- producer transaction's messages of one key partition in one page.
 -- Reference-mode topics (completion => 'reference', pubsub only) also get the
 -- per-message required_groups / completed_groups bitmaps, an index on id, the
 -- BEFORE INSERT trigger that stamps required_groups, and a fanout.topic_state row.
@@ -25,7 +29,9 @@ CREATE OR REPLACE FUNCTION fanout.create_topic(
     zombie_ttl                          interval DEFAULT '7 days',
     notify                              boolean DEFAULT true,
     partition_interval                  interval DEFAULT '1 hour',
-    dedupe_window                       interval DEFAULT '24 hours')
+    dedupe_window                       interval DEFAULT '24 hours',
+    partitions                          int DEFAULT NULL,
+    whole_transactions                  boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -52,6 +58,8 @@ BEGIN
     v_new.notify := $11;
     v_new.partition_interval := $12;
     v_new.dedupe_window := $13;
+    v_new.partitions := $14;
+    v_new.whole_transactions := $15;
     PERFORM fanout._check_topic_settings(v_new);
     IF v_new.semantics = 'queue' AND v_new.completion <> 'offset' THEN
         RAISE EXCEPTION 'completion % applies to pubsub topics only; a queue topic message needs one ack',
@@ -76,7 +84,9 @@ BEGIN
             ('zombie_ttl', v_old.zombie_ttl IS DISTINCT FROM v_new.zombie_ttl),
             ('notify', v_old.notify IS DISTINCT FROM v_new.notify),
             ('partition_interval', v_old.partition_interval IS DISTINCT FROM v_new.partition_interval),
-            ('dedupe_window', v_old.dedupe_window IS DISTINCT FROM v_new.dedupe_window)
+            ('dedupe_window', v_old.dedupe_window IS DISTINCT FROM v_new.dedupe_window),
+            ('partitions', v_old.partitions IS DISTINCT FROM v_new.partitions),
+            ('whole_transactions', v_old.whole_transactions IS DISTINCT FROM v_new.whole_transactions)
         ) AS d(k, differs)
         WHERE differs;
         IF v_diff IS NOT NULL THEN
@@ -89,11 +99,11 @@ BEGIN
 
     INSERT INTO fanout.topic AS t (topic, semantics, completion, retention, zero_subscription_retention,
         block_writes_without_subscriptions, max_retention, max_attempts, max_payload_bytes, zombie_ttl,
-        notify, partition_interval, data_table, seq_name, dedupe_window)
+        notify, partition_interval, data_table, seq_name, dedupe_window, partitions, whole_transactions)
     VALUES (p_topic, v_new.semantics, v_new.completion, v_new.retention, v_new.zero_subscription_retention,
         v_new.block_writes_without_subscriptions, v_new.max_retention, v_new.max_attempts,
         v_new.max_payload_bytes, v_new.zombie_ttl, v_new.notify, v_new.partition_interval, '', '',
-        v_new.dedupe_window)
+        v_new.dedupe_window, v_new.partitions, v_new.whole_transactions)
     RETURNING * INTO v_new;
 
     v_new.data_table := 'm' || v_new.topic_id;
@@ -119,6 +129,13 @@ BEGIN
     -- Delayed messages (publish(..., deliver_at)): counted by fanout.topics.
     EXECUTE format('CREATE INDEX %I ON fanout_data.%I (deliver_at) WHERE deliver_at IS NOT NULL',
                    v_new.data_table || '_deliver_at', v_new.data_table);
+    IF v_new.partitions IS NOT NULL THEN
+        -- Key partitions: each message's, set by the insert functions; one
+        -- index serves the pages of one key partition (fanout._kpart_page).
+        EXECUTE format('ALTER TABLE fanout_data.%I ADD COLUMN kpart int NOT NULL', v_new.data_table);
+        EXECUTE format('CREATE INDEX %I ON fanout_data.%I (kpart, txid, id)',
+                       v_new.data_table || '_kpart', v_new.data_table);
+    END IF;
     IF v_new.completion = 'reference' THEN
         -- Per-message bitmaps, an id index for batched backfill and release,
         -- and the trigger that stamps required_groups at insert.

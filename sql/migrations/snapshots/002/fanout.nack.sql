@@ -42,14 +42,15 @@ BEGIN
     FROM fanout.consumer_group g JOIN fanout.topic t ON t.topic_id = g.topic_id
     WHERE g.group_id = v_l.group_id;
 
-    INSERT INTO fanout.retry (group_id, message_id, txid, attempt, not_before, last_error)
+    INSERT INTO fanout.retry (group_id, message_id, txid, attempt, not_before, last_error, kpart)
     SELECT v_l.group_id, u.id, u.tx, u.att,
            v_now + coalesce($3, least(interval '1 second' * power(2, u.att - 1), interval '15 minutes')),
-           $4
+           $4, v_l.kpart
     FROM unnest(v_l.msg_ids, v_l.msg_txids, v_l.attempts) AS u(id, tx, att)
     WHERE u.id = ANY (v_targets) AND u.att < v_max
     ON CONFLICT (group_id, message_id) DO UPDATE
-    SET attempt = excluded.attempt, not_before = excluded.not_before, last_error = excluded.last_error;
+    SET attempt = excluded.attempt, not_before = excluded.not_before, last_error = excluded.last_error,
+        kpart = excluded.kpart;
 
     SELECT array_agg(u.id) AS ids, array_agg(u.tx) AS txids, array_agg(u.att) AS atts INTO v_dead
     FROM unnest(v_l.msg_ids, v_l.msg_txids, v_l.attempts) AS u(id, tx, att)

@@ -14,13 +14,17 @@
 -- message under unexpired leases. Counts as a heartbeat of group and consumer.
 -- An idle poll (nothing to hand out, heartbeat fresh) locks and writes nothing
 -- (checked first only when the session's previous read of the group was empty).
+-- On a partitioned topic (create_topic(..., partitions => P)) the read is
+-- fanout._kpart_read: one page of one key partition the consumer owns, or,
+-- with partition => k, of partition k (explicit assignment).
 -- Must run in READ COMMITTED (the default) so that each statement sees what
 -- the previous reader of the group committed.
 -- Returns one row per message: lease_id, message_id, payload, headers,
 -- message_group, published_at, attempt (1 on first delivery).
 -- Raises: PGQ01, PGQ03 (max_messages not in 1..10000, lease not in
 -- (0, 24 hours], max_bytes not in 1..536870912), PGQ04 bad consumer name,
--- PGQ09 isolation level, PGQ13, PGQ14, PGQ16 (see fanout._lock_group), PGQ21
+-- PGQ09 isolation level, PGQ03 partition out of range or on an unpartitioned
+-- topic, PGQ23 (mixing explicit and automatic partition reads), PGQ13, PGQ14, PGQ16 (see fanout._lock_group), PGQ21
 -- (no consume grant), PGQ22 (a new consumer beyond 10,000 members).
 -- Tables: fanout.topic, fanout.consumer_group, fanout.member, fanout.lease,
 -- fanout.retry, fanout.dead_letter, fanout.partition, fanout_data.m<topic_id>.
@@ -30,7 +34,8 @@ CREATE OR REPLACE FUNCTION fanout.read(
     consumer     text DEFAULT NULL,
     max_messages int DEFAULT 100,
     lease        interval DEFAULT '30 seconds',
-    max_bytes    bigint DEFAULT 16777216)
+    max_bytes    bigint DEFAULT 16777216,
+    partition    int DEFAULT NULL)
 RETURNS TABLE(lease_id bigint, message_id bigint, payload jsonb, headers jsonb,
               message_group text, published_at timestamptz, attempt int)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -81,6 +86,15 @@ BEGIN
             USING ERRCODE = 'PGQ09';
     END IF;
     v_t := fanout._topic(p_topic);
+    IF v_t.partitions IS NOT NULL THEN
+        -- Partitioned topic: per-partition cursors and assignment.
+        RETURN QUERY SELECT * FROM fanout._kpart_read(v_t, p_group, p_consumer, p_max, p_lease, p_max_bytes,
+                                                      $7, v_now);
+        RETURN;
+    ELSIF $7 IS NOT NULL THEN
+        RAISE EXCEPTION 'topic % is not partitioned; read(..., partition => k) needs a partitioned topic',
+            quote_literal(p_topic) USING ERRCODE = 'PGQ03';
+    END IF;
     -- Only a session whose last read of this group found nothing peeks first
     -- (a busy consumer would pay for the peek on every page).
     v_hint := fanout._idle_key(v_t.topic_id, CASE WHEN v_t.semantics = 'pubsub' THEN p_group END);

@@ -26,9 +26,17 @@
 {{ template "fanout._group_passed.sql" . }}
 {{ template "fanout._group_pins.sql" . }}
 {{ template "fanout._group_unread.sql" . }}
+{{ template "fanout._group_unread_at.sql" . }}
 {{ template "fanout._group_view.sql" . }}
 {{ template "fanout._idle_hint.sql" . }}
 {{ template "fanout._idle_key.sql" . }}
+{{ template "fanout._kpart_assign.sql" . }}
+{{ template "fanout._kpart_expr.sql" . }}
+{{ template "fanout._kpart_mode.sql" . }}
+{{ template "fanout._kpart_of.sql" . }}
+{{ template "fanout._kpart_page.sql" . }}
+{{ template "fanout._kpart_read.sql" . }}
+{{ template "fanout._kpart_view.sql" . }}
 {{ template "fanout._lease_targets.sql" . }}
 {{ template "fanout._liveness.sql" . }}
 {{ template "fanout._lock_group.sql" . }}
@@ -108,6 +116,8 @@
 {{ template "fanout.groups.sql" . }}
 {{ template "fanout.heartbeat.sql" . }}
 {{ template "fanout.nack.sql" . }}
+{{ template "fanout.partition_of.sql" . }}
+{{ template "fanout.partitions.sql" . }}
 {{ template "fanout.publish.sql" . }}
 {{ template "fanout.publish_batch.sql" . }}
 {{ template "fanout.read.sql" . }}

@@ -1,0 +1,244 @@
+-- fanout._kpart_read(p_t, p_group, p_consumer, p_max, p_lease, p_max_bytes,
+-- p_partition, p_now): fanout.read for a partitioned topic (called by it after
+-- its argument checks). Never locks the group row (only a throttled
+-- heartbeat write every few seconds): members of one group claim on their own
+-- key partitions' rows (fanout.kpart), so claims on different partitions
+-- never wait for each other.
+--   * Mode: p_partition NULL = automatic assignment (p_consumer required),
+--     else an explicit read of that partition (fanout._kpart_mode refuses
+--     mixing the two in one group, PGQ23).
+--   * Assignment (fanout._kpart_assign): the caller gets its share of the
+--     partitions over the live members, incrementally.
+--   * One page per partition: a partition is served only when its previous
+--     page (fanout.kpart.lease_id) is settled, or expired (then that page's
+--     unsettled messages are the next page, taken over whole: fencing as
+--     for any lease), and no nacked message of it waits for its retry time
+--     (head-of-line). Due retries of the partition come before its stream;
+--     the stream page is fanout._kpart_page. One read returns one page of one
+--     partition (the least recently served ready one it owns).
+-- Returns rows as fanout.read. Raises: PGQ03 (partition out of range,
+-- consumer missing in automatic mode), PGQ13, PGQ14, PGQ16, PGQ22, PGQ23.
+-- Tables: fanout.consumer_group, fanout.kpart, fanout.member, fanout.lease,
+-- fanout.retry, fanout.dead_letter, fanout.event_log, fanout_data.m<topic_id>.
+CREATE OR REPLACE FUNCTION fanout._kpart_read(
+    p_t fanout.topic, p_group text, p_consumer text, p_max int, p_lease interval, p_max_bytes bigint,
+    p_partition int, p_now timestamptz)
+RETURNS TABLE(lease_id bigint, message_id bigint, payload jsonb, headers jsonb,
+              message_group text, published_at timestamptz, attempt int)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_g        fanout.consumer_group;
+    v_k        fanout.kpart;
+    v_l        fanout.lease;
+    v_ids      bigint[];
+    v_txids    xid8[];
+    v_att      int[];
+    v_nw       int;
+    v_w        record;
+    v_take     record;
+    v_lease_id bigint;
+    v_parts    int[];
+BEGIN
+    IF p_t.semantics = 'queue' THEN
+        SELECT * INTO STRICT v_g FROM fanout.consumer_group g
+        WHERE g.topic_id = p_t.topic_id AND g.group_name IS NULL;
+    ELSE
+        IF p_group IS NULL THEN
+            RAISE EXCEPTION 'group_name is required on pubsub topic %', quote_literal(p_t.topic)
+                USING ERRCODE = 'PGQ13';
+        END IF;
+        SELECT * INTO v_g FROM fanout.consumer_group g
+        WHERE g.topic_id = p_t.topic_id AND g.group_name = fanout._nfc(p_group);
+        IF NOT FOUND OR v_g.status IN ('cancelled', 'dead') THEN
+            v_g := fanout._lock_group(p_t, p_group, true);  -- raises, or resurrects a dead group
+        END IF;
+    END IF;
+    IF p_partition IS NOT NULL AND (p_partition < 0 OR p_partition >= p_t.partitions) THEN
+        RAISE EXCEPTION 'partition must be between 0 and % (topic % has % partitions), got %',
+            p_t.partitions - 1, quote_literal(p_t.topic), p_t.partitions, p_partition USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_partition IS NULL AND p_consumer IS NULL THEN
+        RAISE EXCEPTION 'consumer is required to read partitioned topic % (partitions are assigned to named members)',
+            quote_literal(p_t.topic)
+            USING ERRCODE = 'PGQ03', HINT = 'pass consumer => a stable member name, or read(..., partition => k)';
+    END IF;
+    IF p_consumer IS NOT NULL THEN
+        PERFORM fanout._touch_member(v_g.group_id, p_consumer, p_now, true);
+    END IF;
+    IF v_g.status <> 'active' THEN
+        RETURN;  -- paused
+    END IF;
+    IF v_g.bit_no IS NOT NULL
+       AND EXISTS (SELECT 1 FROM fanout.bitmap_job j
+                   WHERE j.group_id = v_g.group_id AND j.kind = 'backfill'
+                     AND j.status IN ('not_started', 'in_progress')) THEN
+        RETURN;
+    END IF;
+    IF v_g.kpart_mode IS DISTINCT FROM (CASE WHEN p_partition IS NULL THEN 'auto' ELSE 'explicit' END) THEN
+        PERFORM fanout._kpart_mode(p_t, v_g.group_id, p_partition IS NOT NULL, p_now);
+    END IF;
+    -- The group's sign of life, throttled like fanout.read's (and its
+    -- delivered count, summed over its partitions).
+    IF v_g.last_heartbeat < p_now - least(v_g.heartbeat_timeout / 10, interval '5 seconds') THEN
+        UPDATE fanout.consumer_group g
+        SET last_heartbeat = p_now, last_read_at = p_now, missed_heartbeats = 0,
+            delivered = (SELECT coalesce(sum(k.delivered), 0) FROM fanout.kpart k WHERE k.group_id = g.group_id)
+        WHERE g.group_id = v_g.group_id
+          AND g.last_heartbeat < p_now - least(g.heartbeat_timeout / 10, interval '5 seconds');
+    END IF;
+    -- Cursors start at the group's position (its window never moves on a
+    -- partitioned topic); created on first use, and for partitions added by
+    -- alter_topic.
+    IF NOT EXISTS (SELECT 1 FROM fanout.kpart k WHERE k.group_id = v_g.group_id AND k.kpart = p_t.partitions - 1) THEN
+        INSERT INTO fanout.kpart (group_id, kpart, win_lo, win_hi, cur_txid, cur_id)
+        SELECT v_g.group_id, s, v_g.win_lo, v_g.win_hi, v_g.cur_txid, v_g.cur_id
+        FROM generate_series(0, p_t.partitions - 1) AS s
+        ON CONFLICT DO NOTHING;
+    END IF;
+
+    IF p_partition IS NOT NULL THEN
+        v_parts := ARRAY[p_partition];
+    ELSE
+        v_parts := fanout._kpart_assign(p_t, v_g, p_consumer, p_now);
+    END IF;
+
+    FOR v_k IN
+        SELECT k.* FROM fanout.kpart k
+        WHERE k.group_id = v_g.group_id AND k.kpart = ANY (v_parts)
+        ORDER BY k.last_read_at NULLS FIRST, k.kpart
+    LOOP
+        -- Explicit readers of one partition take turns; automatic ones skip
+        -- a partition another session of the same member is serving.
+        IF p_partition IS NOT NULL THEN
+            SELECT * INTO v_k FROM fanout.kpart k
+            WHERE k.group_id = v_k.group_id AND k.kpart = v_k.kpart FOR UPDATE;
+        ELSE
+            SELECT * INTO v_k FROM fanout.kpart k
+            WHERE k.group_id = v_k.group_id AND k.kpart = v_k.kpart AND k.owner = p_consumer
+            FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+        END IF;
+        v_l := NULL;
+        IF v_k.lease_id IS NOT NULL THEN
+            SELECT * INTO v_l FROM fanout.lease l WHERE l.lease_id = v_k.lease_id AND l.open_count > 0;
+            -- The previous page is not settled and its lease runs: not yet.
+            CONTINUE WHEN v_l.lease_id IS NOT NULL AND v_l.expires_at > p_now;
+            IF v_l.lease_id IS NOT NULL THEN
+                -- Expired: the lease row decides (a late ack may be settling it).
+                SELECT * INTO v_l FROM fanout.lease l WHERE l.lease_id = v_k.lease_id FOR UPDATE;
+                CONTINUE WHEN v_l.open_count > 0 AND v_l.expires_at > p_now;
+            END IF;
+        END IF;
+        -- A nacked message waits for its retry time: the partition waits too.
+        CONTINUE WHEN EXISTS (SELECT 1 FROM fanout.retry r
+                              WHERE r.group_id = v_g.group_id AND r.kpart = v_k.kpart
+                                AND r.attempt > 0 AND r.not_before > p_now);
+        v_ids := '{}';
+        v_txids := '{}';
+        v_att := '{}';
+
+        -- 1. The expired page, whole (its lease can no longer settle it).
+        IF v_l.lease_id IS NOT NULL AND v_l.open_count > 0 THEN
+            SELECT array_agg(u.id ORDER BY u.ord) FILTER (WHERE u.att < p_t.max_attempts) AS ids,
+                   array_agg(u.tx ORDER BY u.ord) FILTER (WHERE u.att < p_t.max_attempts) AS txids,
+                   array_agg(u.att + 1 ORDER BY u.ord) FILTER (WHERE u.att < p_t.max_attempts) AS atts,
+                   array_agg(u.id ORDER BY u.ord) FILTER (WHERE u.att >= p_t.max_attempts) AS dead_ids,
+                   array_agg(u.tx ORDER BY u.ord) FILTER (WHERE u.att >= p_t.max_attempts) AS dead_txids,
+                   array_agg(u.att ORDER BY u.ord) FILTER (WHERE u.att >= p_t.max_attempts) AS dead_atts,
+                   array_agg(u.id ORDER BY u.ord) AS all_ids
+            INTO v_take
+            FROM unnest(v_l.msg_ids, v_l.msg_txids, v_l.attempts) WITH ORDINALITY AS u(id, tx, att, ord)
+            WHERE u.id <> ALL (v_l.settled) AND u.id <> ALL (v_l.reclaimed);
+            IF v_take.dead_ids IS NOT NULL THEN
+                PERFORM fanout._dead_letter(v_g.group_id, p_t.data_table, v_take.dead_ids, v_take.dead_txids,
+                                            v_take.dead_atts,
+                                            format('lease %s expired on delivery attempt %s of %s',
+                                                   v_l.lease_id, p_t.max_attempts, p_t.max_attempts));
+            END IF;
+            v_ids := coalesce(v_take.ids, '{}');
+            v_txids := coalesce(v_take.txids, '{}');
+            v_att := coalesce(v_take.atts, '{}');
+            UPDATE fanout.lease l
+            SET reclaimed = l.reclaimed || v_take.all_ids, open_count = 0, closed_at = p_now
+            WHERE l.lease_id = v_l.lease_id;
+        END IF;
+
+        -- 2. Due retries of the partition (and any without a partition, from
+        --    replay), in commit order.
+        IF cardinality(v_ids) = 0 THEN
+            WITH due AS (
+                DELETE FROM fanout.retry rt
+                WHERE rt.group_id = v_g.group_id
+                  AND rt.message_id IN (SELECT d.message_id FROM fanout.retry d
+                                        WHERE d.group_id = v_g.group_id AND d.not_before <= p_now
+                                          AND (d.kpart = v_k.kpart OR d.kpart IS NULL)
+                                        ORDER BY d.txid, d.message_id LIMIT p_max)
+                RETURNING rt.message_id, rt.txid, rt.attempt)
+            SELECT array_agg(due.message_id ORDER BY due.txid, due.message_id) AS ids,
+                   array_agg(due.txid ORDER BY due.txid, due.message_id) AS txids,
+                   array_agg(due.attempt + 1 ORDER BY due.txid, due.message_id) AS atts
+            INTO v_take FROM due;
+            v_ids := coalesce(v_take.ids, '{}');
+            v_txids := coalesce(v_take.txids, '{}');
+            v_att := coalesce(v_take.atts, '{}');
+        END IF;
+        v_nw := cardinality(v_ids);
+
+        -- 3. The partition's stream.
+        IF v_nw = 0 THEN
+            SELECT * INTO v_w FROM fanout._kpart_page(v_g.group_id, p_t, v_k.kpart, p_max, p_max_bytes,
+                                                      v_k.win_lo, v_k.win_hi, v_k.cur_txid, v_k.cur_id,
+                                                      v_g.effective_start_id, v_g.bit_no);
+            IF v_w.o_changed THEN
+                v_k.win_lo := v_w.o_lo;
+                v_k.win_hi := v_w.o_hi;
+                v_k.cur_txid := v_w.o_cur_txid;
+                v_k.cur_id := v_w.o_cur_id;
+            END IF;
+            IF cardinality(v_w.o_ids) > 0 THEN
+                v_ids := v_w.o_ids;
+                v_txids := v_w.o_txids;
+                v_att := array_fill(1, ARRAY[cardinality(v_w.o_ids)]);
+            END IF;
+        END IF;
+
+        IF cardinality(v_ids) = 0 THEN
+            IF v_w.o_changed THEN
+                UPDATE fanout.kpart k
+                SET win_lo = v_k.win_lo, win_hi = v_k.win_hi, cur_txid = v_k.cur_txid, cur_id = v_k.cur_id
+                WHERE k.group_id = v_k.group_id AND k.kpart = v_k.kpart;
+            END IF;
+            CONTINUE;
+        END IF;
+
+        INSERT INTO fanout.lease AS l (group_id, consumer, created_at, expires_at, msg_ids, msg_txids, attempts,
+                                       open_count, min_id, kpart, generation)
+        VALUES (v_g.group_id, p_consumer, p_now, p_now + p_lease, v_ids, v_txids, v_att,
+                cardinality(v_ids), (SELECT min(x) FROM unnest(v_ids) AS x), v_k.kpart, v_k.generation)
+        RETURNING l.lease_id INTO v_lease_id;
+        UPDATE fanout.kpart k
+        SET win_lo = v_k.win_lo, win_hi = v_k.win_hi, cur_txid = v_k.cur_txid, cur_id = v_k.cur_id,
+            lease_id = v_lease_id, delivered = k.delivered + cardinality(v_ids), last_read_at = p_now
+        WHERE k.group_id = v_k.group_id AND k.kpart = v_k.kpart;
+
+        IF v_nw > 0 THEN
+            RETURN QUERY EXECUTE format(
+                'SELECT $1::bigint, m.id, m.payload, m.headers, m.message_group, m.published_at, u.att
+                 FROM unnest($2::bigint[], $3::xid8[], $4::int[]) WITH ORDINALITY AS u(id, tx, att, ord)
+                 CROSS JOIN LATERAL (SELECT * FROM fanout_data.%I x WHERE x.txid = u.tx AND x.id = u.id OFFSET 0) m
+                 ORDER BY u.ord', p_t.data_table)
+                USING v_lease_id, v_ids, v_txids, v_att;
+        ELSE
+            RETURN QUERY
+            SELECT v_lease_id, u.id, u.p, u.h, u.g, u.pa, 1
+            FROM unnest(v_w.o_ids, v_w.o_payloads, v_w.o_headers, v_w.o_groups, v_w.o_published)
+                 WITH ORDINALITY AS u(id, p, h, g, pa, ord)
+            ORDER BY u.ord;
+        END IF;
+        RETURN;  -- one page of one partition per read
+    END LOOP;
+END
+$fn$;
