@@ -26,7 +26,6 @@
 {{ template "fanout._group_passed.sql" . }}
 {{ template "fanout._group_pins.sql" . }}
 {{ template "fanout._group_unread.sql" . }}
-{{ template "fanout._group_unread_at.sql" . }}
 {{ template "fanout._group_view.sql" . }}
 {{ template "fanout._idle_hint.sql" . }}
 {{ template "fanout._idle_key.sql" . }}
@@ -64,6 +63,7 @@
 {{ template "fanout._stamp_fence.sql" . }}
 {{ template "fanout._start_bitmap_job.sql" . }}
 {{ template "fanout._start_state.sql" . }}
+{{ template "fanout._summarize_partitions.sql" . }}
 {{ template "fanout._table_writers.sql" . }}
 {{ template "fanout._topic.sql" . }}
 {{ template "fanout._topic_lock_key.sql" . }}
