@@ -117,6 +117,32 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.Contains(t, body, `pgq_group_lag_seconds{group="",topic="orders"}`)
 }
 
+// /metrics for a partitioned topic: per-group key-partition series (count,
+// unowned, imbalance, largest partition lag), never one per partition.
+func TestMetricsKeyPartitions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `SELECT fanout.create_topic('kp', semantics => 'pubsub', partitions => 4)`)
+	b.exec(t, `SELECT fanout.subscribe('kp', 'g')`)
+	b.exec(t, `SELECT fanout.publish('kp', '{}', message_group => 'order-42') FROM generate_series(1, 5)`)
+	b.exec(t, `SELECT count(*) FROM fanout.read('kp', 'g', 'w1', 2)`) // w1 owns all 4, 2 of 5 out
+	s := b.scheduler(t, SchedulerConfig{LeaderTTL: time.Hour})
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	code, body := get(t, srv.URL+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	for _, want := range []string{
+		`pgq_group_key_partitions{group="g",topic="kp"} 4`,
+		`pgq_group_key_partitions_unowned{group="g",topic="kp"} 0`,
+		`pgq_group_key_partition_imbalance{group="g",topic="kp"} 0`,
+		`pgq_group_key_partition_max_lag_messages{group="g",topic="kp"} 3`,
+		`pgq_group_key_partition_max_lag_seconds{group="g",topic="kp"}`,
+	} {
+		require.Contains(t, body, want)
+	}
+	require.NotContains(t, body, `partition="`, "a series per partition")
+}
+
 // /metrics and /healthz without the database: 503, and the scrape still
 // answers (pgq_database_up 0).
 func TestEndpointsWithoutDatabase(t *testing.T) {

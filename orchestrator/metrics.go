@@ -76,6 +76,7 @@ type statsCollector struct {
 	up, topicMessages, topicOldest, topicPartitions, topicBytes, topicDropped, topicGroups *prometheus.Desc
 	lagMessages, lagSeconds, deadLetters, inFlight, lost, delivered, members, status       *prometheus.Desc
 	oldestUnacked, retryPending, bfProcessed, bfTotal, bfRate                              *prometheus.Desc
+	kparts, kpartsUnowned, kpartImbalance, kpartMaxLag, kpartMaxLagSeconds                 *prometheus.Desc
 }
 
 func newStatsCollector(db DB, leaderName string, logger *slog.Logger) *statsCollector {
@@ -104,13 +105,20 @@ func newStatsCollector(db DB, leaderName string, logger *slog.Logger) *statsColl
 		bfProcessed:     d("pgq_group_backfill_processed", "Messages the group's backfill has processed.", g, nil),
 		bfTotal:         d("pgq_group_backfill_total", "Messages the group's backfill has to process.", g, nil),
 		bfRate:          d("pgq_group_backfill_rate", "Backfill rate of the group in messages per second.", g, nil),
+		// Partitioned topics: one series per group, never per partition.
+		kparts:             d("pgq_group_key_partitions", "Key partitions of the group's (partitioned) topic.", g, nil),
+		kpartsUnowned:      d("pgq_group_key_partitions_unowned", "Key partitions of the group with no owner (free, or explicit mode).", g, nil),
+		kpartImbalance:     d("pgq_group_key_partition_imbalance", "Most minus fewest key partitions owned by one member of the group (0 or 1 when even).", g, nil),
+		kpartMaxLag:        d("pgq_group_key_partition_max_lag_messages", "Largest lag of one key partition of the group, in messages.", g, nil),
+		kpartMaxLagSeconds: d("pgq_group_key_partition_max_lag_seconds", "Largest lag of one key partition of the group, in seconds.", g, nil),
 	}
 }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.topicMessages, c.topicOldest, c.topicPartitions, c.topicBytes,
 		c.topicDropped, c.topicGroups, c.lagMessages, c.lagSeconds, c.oldestUnacked, c.deadLetters, c.retryPending, c.inFlight,
-		c.lost, c.delivered, c.members, c.status, c.bfProcessed, c.bfTotal, c.bfRate} {
+		c.lost, c.delivered, c.members, c.status, c.bfProcessed, c.bfTotal, c.bfRate,
+		c.kparts, c.kpartsUnowned, c.kpartImbalance, c.kpartMaxLag, c.kpartMaxLagSeconds} {
 		ch <- d
 	}
 }
@@ -163,5 +171,13 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(c.status, prometheus.GaugeValue, v, t, g, s)
 		}
+	}
+	for _, r := range st.KeyPartitions {
+		t, g := r.Text("topic"), r.Text("group_name")
+		emit(c.kparts, prometheus.GaugeValue, r, "partitions", t, g)
+		emit(c.kpartsUnowned, prometheus.GaugeValue, r, "unowned", t, g)
+		emit(c.kpartImbalance, prometheus.GaugeValue, r, "imbalance", t, g)
+		emit(c.kpartMaxLag, prometheus.GaugeValue, r, "max_lag_messages", t, g)
+		emit(c.kpartMaxLagSeconds, prometheus.GaugeValue, r, "max_lag_seconds", t, g)
 	}
 }

@@ -74,6 +74,10 @@ type Stats struct {
 	// Groups is nil when the installed schema has no fanout.groups view.
 	Groups          []Row
 	GroupsAvailable bool
+	// KeyPartitions has one row per group of a partitioned topic
+	// (fanout.partitions summarized: partitions, unowned, imbalance,
+	// max_lag_messages, max_lag_seconds); nil on older schemas.
+	KeyPartitions []Row
 	// Leader is nil when no sidecar holds the role (or the table is not
 	// readable by this user).
 	Leader *LeaderInfo
@@ -89,11 +93,12 @@ var ErrNotInstalled = errors.New("schema fanout is not installed (run: pgq-sched
 // ReadStats reads the views behind `status` and /metrics. fanout.groups is
 // optional (older schema versions lack it).
 func ReadStats(ctx context.Context, db DB, leaderName string) (*Stats, error) {
-	var hasTopics, hasGroups, hasLeader bool
+	var hasTopics, hasGroups, hasLeader, hasParts bool
 	if err := db.QueryRow(ctx, `SELECT to_regclass('fanout.topics') IS NOT NULL,
 	                                   to_regclass('fanout.groups') IS NOT NULL,
-	                                   to_regclass('fanout.leader') IS NOT NULL`).
-		Scan(&hasTopics, &hasGroups, &hasLeader); err != nil {
+	                                   to_regclass('fanout.leader') IS NOT NULL,
+	                                   to_regclass('fanout.partitions') IS NOT NULL`).
+		Scan(&hasTopics, &hasGroups, &hasLeader, &hasParts); err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
 	if !hasTopics {
@@ -108,6 +113,12 @@ func ReadStats(ctx context.Context, db DB, leaderName string) (*Stats, error) {
 		if st.Groups, err = queryRows(ctx, db,
 			`SELECT * FROM fanout.groups ORDER BY topic, group_name NULLS FIRST`); err != nil {
 			return nil, fmt.Errorf("stats: fanout.groups: %w", err)
+		}
+	}
+	if hasParts {
+		// One row per group, never per partition: bounded label cardinality.
+		if st.KeyPartitions, err = queryRows(ctx, db, keyPartitionsSQL); err != nil {
+			return nil, fmt.Errorf("stats: fanout.partitions: %w", err)
 		}
 	}
 	if hasLeader && leaderName != "" {
@@ -154,3 +165,16 @@ func finite(f float64) float64 {
 	}
 	return f
 }
+
+// keyPartitionsSQL summarizes fanout.partitions per group: how many key
+// partitions, how many have no owner, the imbalance of the assignment (most
+// minus fewest partitions owned by one member; 0 or 1 when even) and the
+// largest lag of one partition.
+const keyPartitionsSQL = `
+WITH p AS (SELECT topic, group_name, owner, lag_messages, lag_seconds FROM fanout.partitions),
+     o AS (SELECT topic, group_name, owner, count(*) AS n FROM p WHERE owner IS NOT NULL GROUP BY 1, 2, 3)
+SELECT p.topic, p.group_name, count(*) AS partitions, count(*) FILTER (WHERE p.owner IS NULL) AS unowned,
+       coalesce((SELECT max(o.n) - min(o.n) FROM o
+                 WHERE o.topic = p.topic AND o.group_name IS NOT DISTINCT FROM p.group_name), 0) AS imbalance,
+       max(p.lag_messages) AS max_lag_messages, max(p.lag_seconds) AS max_lag_seconds
+FROM p GROUP BY p.topic, p.group_name ORDER BY p.topic, p.group_name NULLS FIRST`

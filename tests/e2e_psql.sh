@@ -91,4 +91,18 @@ check "unknown topic is PGQ01" \
 check "maintenance round runs" "SELECT fanout.run_maintenance() >= 0"
 check "topics view" "SELECT count(*) = 4 FROM fanout.topics"
 
+# Ordering (README): a partitioned topic, per-key order, one page per partition.
+check "create partitioned topic" \
+  "SELECT fanout.create_topic('orders.keyed', semantics => 'pubsub', partitions => 16) > 0"
+check "subscribe billing" "SELECT status = 'active' FROM fanout.subscribe('orders.keyed', 'billing')"
+check "publish keyed" \
+  "SELECT count(fanout.publish('orders.keyed', jsonb_build_object('n', i), message_group => 'order-42')) = 3 FROM generate_series(1, 3) i"
+check "partition_of is the documented hash" "SELECT fanout.partition_of('orders.keyed', 'order-42') = 12"
+check "a member reads the key in order" \
+  "SELECT array_agg((payload->>'n')::int ORDER BY message_id) = '{1,2}' FROM fanout.read('orders.keyed', 'billing', 'worker-7', max_messages => 2)"
+check "the next page waits for the first" "SELECT count(*) = 0 FROM fanout.read('orders.keyed', 'billing', 'worker-7')"
+check "partitions view: owner, generation, in flight" \
+  "SELECT owner = 'worker-7' AND generation >= 1 AND in_flight = 2 AND lag_messages = 1
+     FROM fanout.partitions WHERE topic = 'orders.keyed' AND group_name = 'billing' AND partition = 12"
+
 if [ $fail = 0 ]; then echo "e2e_psql: all checks passed"; else echo "e2e_psql: FAILED"; exit 1; fi

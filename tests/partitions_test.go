@@ -619,3 +619,65 @@ func TestPartitionsWholeTransactions(t *testing.T) {
 	b.ack(t, b.Pool, big[0].LeaseID, nil)
 	require.Len(t, b.read(t, b.Pool, "w", nil, "c", 100, "1 minute"), 50)
 }
+
+// Offset-mode retention, message_status and replay follow the per-partition
+// cursors: a storage partition is reclaimed only once every key partition's
+// cursor passed it, and "handed out" is judged at the message's partition.
+func TestPartitionsRetentionStatusReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := b.ctx
+	b.createTopic(t, b.Pool, "rt", "semantics => 'pubsub'", "retention => '0'", "partitions => 2")
+	_, err := b.Pool.Exec(ctx, `SELECT fanout.subscribe('rt', 'g')`)
+	require.NoError(t, err)
+	var k0, k1 string // keys of partition 0 and 1
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT min(k) FILTER (WHERE fanout.partition_of('rt', k) = 0),
+		min(k) FILTER (WHERE fanout.partition_of('rt', k) = 1) FROM (SELECT 'key-' || i AS k FROM generate_series(1, 20) i) x`).
+		Scan(&k0, &k1))
+	var ids0, ids1 []int64
+	for i := 0; i < 3; i++ {
+		var a, c int64
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT fanout.publish('rt', '{}', message_group => $1)`, k0).Scan(&a))
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT fanout.publish('rt', '{}', message_group => $1)`, k1).Scan(&c))
+		ids0, ids1 = append(ids0, a), append(ids1, c)
+	}
+	b.rotate(t)
+	ms, err := pReadAs(ctx, b.Pool, "rt", ptr("g"), nil, 10, "1 minute", ptr(0))
+	require.NoError(t, err)
+	require.Equal(t, ids0, ids(ms))
+	b.ack(t, b.Pool, ms[0].LeaseID, nil)
+
+	status := func(id int64) string {
+		var s string
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT status FROM fanout.message_status('rt', $1)`, id).Scan(&s))
+		return s
+	}
+	require.Equal(t, "acked", status(ids0[0]))
+	require.Equal(t, "pending", status(ids1[0]))
+	var lag int64
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT lag_messages FROM fanout.groups WHERE topic = 'rt'`).Scan(&lag))
+	require.Equal(t, int64(3), lag)
+
+	// Partition 1 has not passed the first storage partition: it stays.
+	b.cleanup(t, "1 hour")
+	require.Equal(t, 2, b.partitions(t, "rt"))
+
+	// replay: what partition 0 got, yes; what partition 1 did not get yet, no.
+	_, err = b.Pool.Exec(ctx, `SELECT fanout.replay('rt', 'g', $1)`, []int64{ids1[0]})
+	requireSQLState(t, err, "PGQ03")
+	var n int
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT fanout.replay('rt', 'g', $1)`, []int64{ids0[1]}).Scan(&n))
+	require.Equal(t, 1, n)
+	ms, err = pReadAs(ctx, b.Pool, "rt", ptr("g"), nil, 10, "1 minute", ptr(0))
+	require.NoError(t, err)
+	require.Equal(t, []int64{ids0[1]}, ids(ms))
+	b.ack(t, b.Pool, ms[0].LeaseID, nil)
+
+	ms, err = pReadAs(ctx, b.Pool, "rt", ptr("g"), nil, 10, "1 minute", ptr(1))
+	require.NoError(t, err)
+	require.Equal(t, ids1, ids(ms))
+	b.ack(t, b.Pool, ms[0].LeaseID, nil)
+	require.Equal(t, "acked", status(ids1[0]))
+	b.cleanup(t, "1 hour")
+	require.Equal(t, 1, b.partitions(t, "rt"), "every key partition passed the first storage partition")
+}

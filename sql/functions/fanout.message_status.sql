@@ -10,7 +10,7 @@
 -- or 'unclaimed' (published while no group was subscribed); NULL otherwise.
 -- Rows are fanout.message_status_row (so inputs and outputs share names).
 -- Raises: PGQ01, PGQ03 (NULL id), PGQ18 (no such message retained).
--- Tables: fanout.consumer_group, fanout.lease, fanout.retry,
+-- Tables: fanout.consumer_group, fanout.kpart, fanout.lease, fanout.retry,
 -- fanout.dead_letter, fanout_data.m<topic_id> (one partition).
 CREATE OR REPLACE FUNCTION fanout.message_status(topic text, message_id bigint)
 RETURNS SETOF fanout.message_status_row
@@ -26,6 +26,7 @@ DECLARE
     v_req  bigint;
     v_done bigint;
     v_msg  text;
+    v_kpart int;
 BEGIN
     PERFORM fanout._authorize($1, 'admin');
     v_t := fanout._topic(p_topic);
@@ -43,6 +44,11 @@ BEGIN
     ELSE
         EXECUTE format('SELECT m.txid FROM fanout_data.%I m WHERE m.id = $1', v_t.data_table)
             INTO v_txid USING p_message_id;
+    END IF;
+    IF v_t.partitions IS NOT NULL THEN
+        -- Partitioned: each group's position is that of the message's key partition.
+        EXECUTE format('SELECT m.kpart FROM fanout_data.%I m WHERE m.id = $1', v_t.data_table)
+            INTO v_kpart USING p_message_id;
     END IF;
     IF v_txid IS NULL THEN
         RAISE EXCEPTION 'message % of topic % does not exist or is no longer retained', p_message_id,
@@ -78,7 +84,12 @@ BEGIN
                          THEN 'pending'
                      ELSE 'acked'
                  END AS st
-          FROM fanout.consumer_group g
+          FROM (SELECT g0.group_id, g0.group_name, g0.bit_no, g0.start_position, g0.joined_id,
+                       g0.effective_start_id, g0.join_snap, g0.topic_id, g0.status,
+                       coalesce(k.win_lo, g0.win_lo) AS win_lo, coalesce(k.win_hi, g0.win_hi) AS win_hi,
+                       coalesce(k.cur_txid, g0.cur_txid) AS cur_txid, coalesce(k.cur_id, g0.cur_id) AS cur_id
+                FROM fanout.consumer_group g0
+                LEFT JOIN fanout.kpart k ON k.group_id = g0.group_id AND k.kpart = v_kpart) g
           WHERE g.topic_id = v_t.topic_id AND g.status <> 'cancelled') s
     ORDER BY s.group_name NULLS FIRST;
 END

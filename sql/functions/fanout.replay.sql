@@ -9,7 +9,7 @@
 -- Raises: PGQ01, PGQ03 (NULL array or element; an id the group has not been
 -- handed yet: its cursor has not passed it), PGQ13, PGQ14, PGQ16 (cancelled
 -- group), PGQ18 (not retained: never existed or its partition was dropped).
--- Tables: fanout.topic, fanout.consumer_group, fanout.lease, fanout.retry,
+-- Tables: fanout.topic, fanout.consumer_group, fanout.kpart, fanout.lease, fanout.retry,
 -- fanout.event_log, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout.replay(topic text, group_name text, message_ids bigint[])
 RETURNS int
@@ -35,12 +35,18 @@ BEGIN
     SELECT * INTO STRICT v_t FROM fanout.topic t WHERE t.topic_id = v_g.topic_id;
     -- Retained ones, with their txids, and whether the group was handed them:
     -- visible in its window's lo, or in the window and at or before its cursor.
+    -- On a partitioned topic, at the position of the message's key partition.
     EXECUTE format(
         'SELECT array_agg(m.id) AS ids, array_agg(m.txid) AS txids,
-                array_agg(m.id) FILTER (WHERE NOT (pg_visible_in_snapshot(m.txid, $2)
-                    OR (pg_visible_in_snapshot(m.txid, $3) AND (m.txid, m.id) <= ($4, $5)))) AS ahead
-         FROM fanout_data.%I m WHERE m.id = ANY ($1)', v_t.data_table)
-        INTO v_found USING $3, v_g.win_lo, v_g.win_hi, v_g.cur_txid, v_g.cur_id;
+                array_agg(m.id) FILTER (WHERE NOT (pg_visible_in_snapshot(m.txid, p.lo)
+                    OR (pg_visible_in_snapshot(m.txid, p.hi) AND (m.txid, m.id) <= (p.ctx, p.cid)))) AS ahead
+         FROM fanout_data.%I m
+         CROSS JOIN LATERAL (SELECT coalesce(k.win_lo, $2) AS lo, coalesce(k.win_hi, $3) AS hi,
+                                    coalesce(k.cur_txid, $4) AS ctx, coalesce(k.cur_id, $5) AS cid
+                             FROM (SELECT 1) one
+                             LEFT JOIN fanout.kpart k ON k.group_id = $6 AND k.kpart = %s) p
+         WHERE m.id = ANY ($1)', v_t.data_table, CASE WHEN v_t.partitions IS NULL THEN 'NULL' ELSE 'm.kpart' END)
+        INTO v_found USING $3, v_g.win_lo, v_g.win_hi, v_g.cur_txid, v_g.cur_id, v_g.group_id;
     v_bad := ARRAY(SELECT DISTINCT x FROM unnest($3) AS x WHERE x <> ALL (coalesce(v_found.ids, '{}')) ORDER BY x);
     IF cardinality(v_bad) > 0 THEN
         RAISE EXCEPTION 'message(s) % are not retained in topic %', array_to_string(v_bad, ', '), quote_literal($1)

@@ -127,9 +127,11 @@ BEGIN
             -- The previous page is not settled and its lease runs: not yet.
             CONTINUE WHEN v_l.lease_id IS NOT NULL AND v_l.expires_at > p_now;
             IF v_l.lease_id IS NOT NULL THEN
-                -- Expired: the lease row decides (a late ack may be settling it).
-                SELECT * INTO v_l FROM fanout.lease l WHERE l.lease_id = v_k.lease_id FOR UPDATE;
-                CONTINUE WHEN v_l.open_count > 0 AND v_l.expires_at > p_now;
+                -- Expired: the lease row decides. A late ack settling it
+                -- (maybe in a long business transaction) holds it: skip the
+                -- partition this time rather than wait.
+                SELECT * INTO v_l FROM fanout.lease l WHERE l.lease_id = v_k.lease_id FOR UPDATE SKIP LOCKED;
+                CONTINUE WHEN NOT FOUND OR (v_l.open_count > 0 AND v_l.expires_at > p_now);
             END IF;
         END IF;
         -- A nacked message waits for its retry time: the partition waits too.
