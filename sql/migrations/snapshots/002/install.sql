@@ -30,6 +30,7 @@
 {{ template "fanout._group_view.sql" . }}
 {{ template "fanout._idle_hint.sql" . }}
 {{ template "fanout._idle_key.sql" . }}
+{{ template "fanout._lease_settle.sql" . }}
 {{ template "fanout._lease_targets.sql" . }}
 {{ template "fanout._liveness.sql" . }}
 {{ template "fanout._lock_group.sql" . }}
