@@ -4,8 +4,8 @@
 -- (lo, hi) plus cursor, phase 1 = txids running at lo that committed by hi,
 -- phase 2 = the txid range [xmax(lo), xmax(hi)) without those running at hi,
 -- at most two lazy ticks, windows ending at fanout._snapshot(), the start
--- cut-off p_start in the first window only, the byte budget of
--- fanout._page_keep, reference-mode filtering and stamp reconciliation,
+-- cut-off p_start in the first window only, the byte budget
+-- (fanout._page_fit), reference-mode filtering and stamp reconciliation,
 -- delayed messages moved to the retry table) restricted to the rows with
 -- kpart = p_kpart, scanned on the (kpart, txid, id) index. The state is
 -- passed in (fanout.kpart's row) and returned; the caller holds that row
@@ -57,7 +57,22 @@ DECLARE
     v_filter  text;
     v_bytes   bigint := coalesce(p_max_bytes, 9223372036854775807);
     v_used    bigint;
+    v_sz      int[];
     v_cut     boolean := false;
+    -- A page scan (rows in (txid, id) order, LIMIT included) aggregated into
+    -- parallel arrays plus each row's size and the total, sizes measured as
+    -- fanout._create_page_functions does (fanout._page_fit keeps the prefix
+    -- that fits the byte budget).
+    v_agg     text := 'SELECT array_agg(s.id), array_agg(s.txid), array_agg(s.payload), array_agg(s.headers),
+                              array_agg(s.message_group), array_agg(s.published_at), array_agg(s.deliver_at),
+                              array_agg(s.sz), sum(s.sz)
+                       FROM (SELECT m.*,
+                                    CASE WHEN pg_column_compression(m.payload) IS NULL THEN pg_column_size(m.payload)
+                                         ELSE octet_length(m.payload::text) END
+                                    + CASE WHEN pg_column_compression(m.headers) IS NULL THEN pg_column_size(m.headers)
+                                           ELSE octet_length(m.headers::text) END
+                                    + coalesce(octet_length(m.message_group), 0) AS sz
+                             FROM (%s) m) s';
     v_more    int;
 BEGIN
     o_lo := p_lo;
@@ -88,16 +103,23 @@ BEGIN
                               WHERE x >= o_cur_txid AND pg_visible_in_snapshot(x, o_hi) ORDER BY x);
             IF cardinality(v_lo_xip) > 0 THEN
                 v_min_id := greatest(v_start, fanout._partition_floor(p_t.topic_id, v_lo_xip[1]));
-                EXECUTE fanout._page_keep(format(
-                    'SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at, m.deliver_at
-                     FROM unnest($1::xid8[]) AS x(tx)
+                EXECUTE format(v_agg, format(
+                    'SELECT m.* FROM unnest($1::xid8[]) AS x(tx)
                      CROSS JOIN LATERAL (
                          SELECT m.* FROM fanout_data.%I m
                          WHERE m.txid = x.tx AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 %s
                          ORDER BY m.kpart, m.txid, m.id LIMIT $5) m
-                     ORDER BY m.txid, m.id LIMIT $5', v_table, v_filter), 6)
-                    INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_used, v_cut
-                    USING v_lo_xip, o_cur_txid, o_cur_id, v_min_id, v_left, v_bytes, cardinality(o_ids) = 0;
+                     ORDER BY m.txid, m.id LIMIT $5', v_table, v_filter))
+                    INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
+                    USING v_lo_xip, o_cur_txid, o_cur_id, v_min_id, v_left;
+                v_cut := false;
+                IF v_used > v_bytes THEN
+                    v_got := fanout._page_fit(v_sz, v_bytes, cardinality(o_ids) = 0);
+                    v_cut := v_got < cardinality(v_ids);
+                    v_ids := v_ids[1:v_got]; v_txids := v_txids[1:v_got]; v_pl := v_pl[1:v_got];
+                    v_hd := v_hd[1:v_got]; v_gr := v_gr[1:v_got]; v_pa := v_pa[1:v_got]; v_da := v_da[1:v_got];
+                    v_used := (SELECT sum(x) FROM unnest(v_sz[1:v_got]) AS x);
+                END IF;
                 v_bytes := v_bytes - coalesce(v_used, 0);
                 v_got := coalesce(cardinality(v_ids), 0);
                 IF v_got > 0 THEN
@@ -124,15 +146,21 @@ BEGIN
         v_hi_xip := ARRAY(SELECT pg_snapshot_xip(o_hi));
         IF o_cur_txid < pg_snapshot_xmax(o_hi) THEN
             v_min_id := greatest(v_start, fanout._partition_floor(p_t.topic_id, o_cur_txid));
-            EXECUTE fanout._page_keep(format(
-                'SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at, m.deliver_at
-                 FROM fanout_data.%I m
+            EXECUTE format(v_agg, format(
+                'SELECT m.* FROM fanout_data.%I m
                  WHERE m.txid >= $1 AND m.txid < $2 AND (m.txid, m.id) > ($1, $3)
                    AND m.txid <> ALL ($4) AND m.id >= $5 %s
-                 ORDER BY m.kpart, m.txid, m.id LIMIT $6', v_table, v_filter), 7)
-                INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_used, v_cut
-                USING o_cur_txid, pg_snapshot_xmax(o_hi), o_cur_id, v_hi_xip, v_min_id, v_left,
-                      v_bytes, cardinality(o_ids) = 0;
+                 ORDER BY m.kpart, m.txid, m.id LIMIT $6', v_table, v_filter))
+                INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
+                USING o_cur_txid, pg_snapshot_xmax(o_hi), o_cur_id, v_hi_xip, v_min_id, v_left;
+            v_cut := false;
+            IF v_used > v_bytes THEN
+                v_got := fanout._page_fit(v_sz, v_bytes, cardinality(o_ids) = 0);
+                v_cut := v_got < cardinality(v_ids);
+                v_ids := v_ids[1:v_got]; v_txids := v_txids[1:v_got]; v_pl := v_pl[1:v_got];
+                v_hd := v_hd[1:v_got]; v_gr := v_gr[1:v_got]; v_pa := v_pa[1:v_got]; v_da := v_da[1:v_got];
+                v_used := (SELECT sum(x) FROM unnest(v_sz[1:v_got]) AS x);
+            END IF;
             v_bytes := v_bytes - coalesce(v_used, 0);
             v_got := coalesce(cardinality(v_ids), 0);
             IF v_got > 0 THEN

@@ -163,9 +163,7 @@ BEGIN
             v_ids := coalesce(v_take.ids, '{}');
             v_txids := coalesce(v_take.txids, '{}');
             v_att := coalesce(v_take.atts, '{}');
-            UPDATE fanout.lease l
-            SET reclaimed = l.reclaimed || v_take.all_ids, open_count = 0, closed_at = p_now
-            WHERE l.lease_id = v_l.lease_id;
+            PERFORM fanout._lease_settle(v_l.lease_id, v_take.all_ids, true, true, p_now);
         END IF;
 
         -- 2. Due retries of the partition (and any without a partition, from

@@ -88,7 +88,8 @@ CREATE TABLE fanout.consumer_group (
     kpart_mode          text CHECK (kpart_mode IN ('auto', 'explicit')),
     UNIQUE NULLS NOT DISTINCT (topic_id, group_name),
     UNIQUE (topic_id, bit_no)
-);
+) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
+       autovacuum_vacuum_cost_delay = 0);  -- updated on every page read: docs/architecture.md, "Catalog tables"
 
 -- Members seen per group (for fanout.groups; throttled writes).
 CREATE TABLE fanout.member (
@@ -96,7 +97,7 @@ CREATE TABLE fanout.member (
     consumer    text NOT NULL,
     last_seen   timestamptz NOT NULL,
     PRIMARY KEY (group_id, consumer)
-);
+) WITH (fillfactor = 70);  -- last_seen updated at most once a second per member (HOT)
 
 -- A lease: one page handed to one consumer. Per-message state lives in the
 -- arrays (parallel, same order): no per-message rows on the consume path.
@@ -116,7 +117,8 @@ CREATE TABLE fanout.lease (
     closed_at   timestamptz,                      -- set when open_count reaches 0
     kpart       int,                              -- partitioned topics: the key partition of the page
     generation  bigint                            -- and its generation when handed out
-);
+) WITH (fillfactor = 90, toast_tuple_target = 8160, autovacuum_vacuum_scale_factor = 0.02,
+       autovacuum_vacuum_insert_scale_factor = 0.05, autovacuum_vacuum_cost_delay = 0);
 CREATE INDEX lease_open_idx ON fanout.lease (group_id, expires_at, lease_id) WHERE open_count > 0;
 CREATE INDEX lease_closed_idx ON fanout.lease (closed_at) WHERE open_count = 0;
 
@@ -130,7 +132,7 @@ CREATE TABLE fanout.retry (
     last_error  text,
     kpart       int,                   -- partitioned topics: the message's key partition
     PRIMARY KEY (group_id, message_id)
-);
+) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0);
 CREATE INDEX retry_due_idx ON fanout.retry (group_id, not_before);
 CREATE INDEX retry_kpart_idx ON fanout.retry (group_id, kpart) WHERE kpart IS NOT NULL;
 
@@ -156,7 +158,8 @@ CREATE TABLE fanout.kpart (
     delivered    bigint NOT NULL DEFAULT 0,
     last_read_at timestamptz,
     PRIMARY KEY (group_id, kpart)
-);
+) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
+       autovacuum_vacuum_cost_delay = 0);  -- updated on every page read, like consumer_group
 CREATE INDEX kpart_owner_idx ON fanout.kpart (group_id, owner);
 
 -- Dead letters keep a copy of the message so that they outlive partition drops.
