@@ -81,7 +81,7 @@ func pDrain(ctx context.Context, db *DB, topic string, groups []string, members,
 					}
 					local = append(local, res.Fetch)
 					if res.N == 0 {
-						time.Sleep(20 * time.Millisecond) // an idle member backs off
+						time.Sleep(100 * time.Millisecond) // an idle member backs off (the Go client polls every second)
 						continue
 					}
 					acked.Add(int64(res.N))

@@ -83,11 +83,15 @@ BEGIN
     -- The group's sign of life, throttled like fanout.read's (and its
     -- delivered count, summed over its partitions).
     IF v_g.last_heartbeat < p_now - least(v_g.heartbeat_timeout / 10, interval '5 seconds') THEN
+        -- One member writes it; the others skip it rather than queue behind
+        -- that member's read transaction.
         UPDATE fanout.consumer_group g
         SET last_heartbeat = p_now, last_read_at = p_now, missed_heartbeats = 0,
             delivered = (SELECT coalesce(sum(k.delivered), 0) FROM fanout.kpart k WHERE k.group_id = g.group_id)
-        WHERE g.group_id = v_g.group_id
-          AND g.last_heartbeat < p_now - least(g.heartbeat_timeout / 10, interval '5 seconds');
+        WHERE g.group_id = (SELECT x.group_id FROM fanout.consumer_group x
+                            WHERE x.group_id = v_g.group_id
+                              AND x.last_heartbeat < p_now - least(x.heartbeat_timeout / 10, interval '5 seconds')
+                            FOR NO KEY UPDATE SKIP LOCKED);
     END IF;
     -- Cursors start at the group's position (its window never moves on a
     -- partitioned topic); created on first use, and for partitions added by
