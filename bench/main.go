@@ -96,6 +96,11 @@ func run() int {
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	rep.Machine["loadavg_end"] = loadAvg()
 	rep.Baselines = env.baselines
+	rep.Summary = env.summary
+	rep.PgQ = env.pgqStatus
+	if rep.PgQ == "" {
+		rep.PgQ = "not run (scenario pgq not selected)"
+	}
 
 	printTable(os.Stdout, rep)
 	status := 0
