@@ -346,6 +346,7 @@ func runMatrixRowInner(ctx context.Context, env *Env, row matrixRow, d, tick tim
 			"runs 2 h ahead, so fanout._cleanup_bookkeeping deletes closed leases every tick"}
 	tuples := fmt.Sprintf("tuples %.1f %%", meanBloat)
 	if math.IsNaN(bytesMean) {
+		bloatRow.Value = 0 // JSON has no NaN
 		bloatRow.ValueText = "not measured (pgstattuple unavailable); " + tuples
 	} else {
 		bloatRow.ValueText = fmt.Sprintf("%.1f %% (max %.1f %%; message tables %.1f %%, catalog %.1f %%); %s",
