@@ -46,15 +46,20 @@ func (drainScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 			"  -- $3 = 100; k readers walk k disjoint id ranges")
 	env.Baseline("SKIP LOCKED queue",
 		"a copy of the topic's rows as for \"plain SELECT page walk\"; k consumers each repeat, until a page comes back empty:\n"+
+			fmt.Sprintf(skipLockedDelete, "<copy>", "<copy>")+";  -- $1 = 100, autocommit\n"+
+			"(the delete-queue of the latency baseline \"plain NOTIFY + SKIP LOCKED queue\", the one issue 10 measured against: "+
+			"one statement per page; the page is gone when it is handed out)")
+	env.Baseline("SKIP LOCKED queue, lock then DELETE",
+		"a copy as above; k consumers each repeat, until a page comes back empty:\n"+
 			"BEGIN; "+fmt.Sprintf(skipLockedRead, "<copy>")+";  -- $1 = 100\n"+
 			fmt.Sprintf(skipLockedAck, "<copy>")+";  -- the page's ids\nCOMMIT;\n"+
-			"(the at-least-once SKIP LOCKED queue: the row lock is the lease, the DELETE the ack)")
+			"(the at-least-once SKIP LOCKED queue: the row lock is the lease, the DELETE the ack; report only)")
 	rounds := env.N(3, 2)
 	var out []Result
 	for _, consumers := range []int{1, 4} {
 		// Best of `rounds` fresh backlogs for all sides: on a shared
 		// machine the least disturbed run is the most telling.
-		var got, base, skip, pubRate float64
+		var got, base, skip, skipTx, pubRate float64
 		var st client.Stats
 		for r := 0; r < rounds; r++ {
 			topic := fmt.Sprintf("drain.c%d.r%d", consumers, r)
@@ -66,9 +71,11 @@ func (drainScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 			if err != nil {
 				return nil, err
 			}
-			queueTable := copyTable + "_q"
-			if err := copyTableLike(ctx, db, copyTable, queueTable); err != nil {
-				return nil, err
+			queueTable, txTable := copyTable+"_q", copyTable+"_qtx"
+			for _, t := range []string{queueTable, txTable} {
+				if err := copyTableLike(ctx, db, copyTable, t); err != nil {
+					return nil, err
+				}
 			}
 			baselines := func() error {
 				b, err := pageWalk(ctx, db, copyTable, lo, hi, consumers, 1, 100)
@@ -76,11 +83,16 @@ func (drainScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 					return fmt.Errorf("baseline walk: %w", err)
 				}
 				base = max(base, b)
-				q, err := skipLockedDrain(ctx, db, queueTable, hi-lo, consumers, 100)
+				q, err := skipLockedDrain(ctx, db, queueTable, hi-lo, consumers, 100, false)
 				if err != nil {
 					return fmt.Errorf("baseline SKIP LOCKED queue: %w", err)
 				}
 				skip = max(skip, q)
+				q, err = skipLockedDrain(ctx, db, txTable, hi-lo, consumers, 100, true)
+				if err != nil {
+					return fmt.Errorf("baseline SKIP LOCKED queue, lock then DELETE: %w", err)
+				}
+				skipTx = max(skipTx, q)
 				return nil
 			}
 			if r%2 == 0 {
@@ -98,7 +110,7 @@ func (drainScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 				}
 			}
 			env.Logf("drain %d consumer(s), round %d: pgq %.0f msg/s (%d reads, %d empty); best so far: plain walk %.0f msg/s, "+
-				"SKIP LOCKED queue %.0f msg/s", consumers, r+1, g, s.Reads, s.EmptyReads, base, skip)
+				"SKIP LOCKED queue %.0f msg/s (lock then DELETE %.0f msg/s)", consumers, r+1, g, s.Reads, s.EmptyReads, base, skip, skipTx)
 			if g > got {
 				got, st = g, s
 			}
@@ -114,13 +126,21 @@ func (drainScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 			"msg/s", got, skip, "SKIP LOCKED queue", 0.5)
 		q.Details, q.Note = details, note
 		env.SetSummary(map[int]string{1: sumDrain1c, 4: sumDrain4c}[consumers], q.Ratio)
-		out = append(out, r, q)
+		tx := throughputRow("drain", fmt.Sprintf("drain %s msgs, read+ack/100, %d consumer(s), vs SKIP LOCKED lock+DELETE", fmtNum(float64(n)), consumers),
+			"msg/s", got, skipTx, "SKIP LOCKED queue, lock then DELETE", 0)
+		tx.Details, tx.Note = details, note
+		out = append(out, r, q, tx)
 	}
 	return out, nil
 }
 
-// The queue-drain baseline: the classic at-least-once SKIP LOCKED queue.
+// The queue-drain baselines: the classic delete-queue (one statement per
+// page, as in the latency baseline) and the at-least-once form (lock the
+// page, DELETE it when done, one transaction).
 const (
+	skipLockedDelete = `DELETE FROM %s WHERE id IN
+  (SELECT id FROM %s ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING id, payload, headers, message_group, published_at`
 	skipLockedRead = `SELECT id, payload, headers, message_group, published_at FROM %s
 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
 	skipLockedAck = `DELETE FROM %s WHERE id = ANY($1)`
@@ -142,10 +162,14 @@ func copyTableLike(ctx context.Context, db *DB, src, dst string) error {
 }
 
 // skipLockedDrain empties table (n rows) with `consumers` SKIP LOCKED
-// consumers in pages of `page` (skipLockedRead + skipLockedAck in one
-// transaction per page) and returns messages/s.
-func skipLockedDrain(ctx context.Context, db *DB, table string, n int64, consumers, page int) (float64, error) {
+// consumers in pages of `page` and returns messages/s: skipLockedDelete per
+// page, or with lockThenDelete skipLockedRead + skipLockedAck in one
+// transaction per page.
+func skipLockedDrain(ctx context.Context, db *DB, table string, n int64, consumers, page int, lockThenDelete bool) (float64, error) {
 	read, ack := fmt.Sprintf(skipLockedRead, table), fmt.Sprintf(skipLockedAck, table)
+	if !lockThenDelete {
+		read, ack = fmt.Sprintf(skipLockedDelete, table, table), ""
+	}
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	errc := make(chan error, consumers)
@@ -157,8 +181,27 @@ func skipLockedDrain(ctx context.Context, db *DB, table string, n int64, consume
 			var d client.Delivery
 			var group pgtype.Text
 			ids := make([]int64, 0, page)
+			scan := func(rows pgx.Rows) error {
+				ids = ids[:0]
+				for rows.Next() {
+					if err := rows.Scan(&d.ID, &d.Payload, &d.Headers, &group, &d.PublishedAt); err != nil {
+						rows.Close()
+						return err
+					}
+					ids = append(ids, d.ID)
+				}
+				return rows.Err()
+			}
 			for {
 				k, err := func() (int, error) {
+					if !lockThenDelete { // one autocommit statement
+						rows, err := db.Pool.Query(ctx, read, page)
+						if err != nil {
+							return 0, err
+						}
+						err = scan(rows)
+						return len(ids), err
+					}
 					tx, err := db.Pool.Begin(ctx)
 					if err != nil {
 						return 0, err
@@ -168,19 +211,8 @@ func skipLockedDrain(ctx context.Context, db *DB, table string, n int64, consume
 					if err != nil {
 						return 0, err
 					}
-					ids = ids[:0]
-					for rows.Next() {
-						if err := rows.Scan(&d.ID, &d.Payload, &d.Headers, &group, &d.PublishedAt); err != nil {
-							rows.Close()
-							return 0, err
-						}
-						ids = append(ids, d.ID)
-					}
-					if err := rows.Err(); err != nil {
+					if err := scan(rows); err != nil || len(ids) == 0 {
 						return 0, err
-					}
-					if len(ids) == 0 {
-						return 0, nil
 					}
 					if _, err := tx.Exec(ctx, ack, ids); err != nil {
 						return 0, err
