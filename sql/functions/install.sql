@@ -14,6 +14,7 @@
 {{ template "fanout._check_topic_settings.sql" . }}
 {{ template "fanout._complete_bits.sql" . }}
 {{ template "fanout._create_insert_functions.sql" . }}
+{{ template "fanout._create_page_functions.sql" . }}
 {{ template "fanout._create_partition.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
 {{ template "fanout._delivery_time.sql" . }}
@@ -29,6 +30,7 @@
 {{ template "fanout._group_view.sql" . }}
 {{ template "fanout._idle_hint.sql" . }}
 {{ template "fanout._idle_key.sql" . }}
+{{ template "fanout._lease_settle.sql" . }}
 {{ template "fanout._lease_targets.sql" . }}
 {{ template "fanout._liveness.sql" . }}
 {{ template "fanout._lock_group.sql" . }}
@@ -40,7 +42,7 @@
 {{ template "fanout._nfc.sql" . }}
 {{ template "fanout._normalize_option.sql" . }}
 {{ template "fanout._notify_override.sql" . }}
-{{ template "fanout._page_keep.sql" . }}
+{{ template "fanout._page_fit.sql" . }}
 {{ template "fanout._partition_droppable.sql" . }}
 {{ template "fanout._partition_floor.sql" . }}
 {{ template "fanout._publish_one.sql" . }}
@@ -56,6 +58,7 @@
 {{ template "fanout._stamp_fence.sql" . }}
 {{ template "fanout._start_bitmap_job.sql" . }}
 {{ template "fanout._start_state.sql" . }}
+{{ template "fanout._summarize_partitions.sql" . }}
 {{ template "fanout._table_writers.sql" . }}
 {{ template "fanout._topic.sql" . }}
 {{ template "fanout._topic_lock_key.sql" . }}
