@@ -97,7 +97,7 @@ func ReadStats(ctx context.Context, db DB, leaderName string) (*Stats, error) {
 	if err := db.QueryRow(ctx, `SELECT to_regclass('fanout.topics') IS NOT NULL,
 	                                   to_regclass('fanout.groups') IS NOT NULL,
 	                                   to_regclass('fanout.leader') IS NOT NULL,
-	                                   to_regclass('fanout.partitions') IS NOT NULL`).
+	                                   to_regprocedure('fanout.partition_stats()') IS NOT NULL`).
 		Scan(&hasTopics, &hasGroups, &hasLeader, &hasParts); err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
@@ -166,15 +166,7 @@ func finite(f float64) float64 {
 	return f
 }
 
-// keyPartitionsSQL summarizes fanout.partitions per group: how many key
-// partitions, how many have no owner, the imbalance of the assignment (most
-// minus fewest partitions owned by one member; 0 or 1 when even) and the
-// largest lag of one partition.
-const keyPartitionsSQL = `
-WITH p AS (SELECT topic, group_name, owner, lag_messages, lag_seconds FROM fanout.partitions),
-     o AS (SELECT topic, group_name, owner, count(*) AS n FROM p WHERE owner IS NOT NULL GROUP BY 1, 2, 3)
-SELECT p.topic, p.group_name, count(*) AS partitions, count(*) FILTER (WHERE p.owner IS NULL) AS unowned,
-       coalesce((SELECT max(o.n) - min(o.n) FROM o
-                 WHERE o.topic = p.topic AND o.group_name IS NOT DISTINCT FROM p.group_name), 0) AS imbalance,
-       max(p.lag_messages) AS max_lag_messages, max(p.lag_seconds) AS max_lag_seconds
-FROM p GROUP BY p.topic, p.group_name ORDER BY p.topic, p.group_name NULLS FIRST`
+// keyPartitionsSQL summarizes fanout.partitions per group
+// (fanout.partition_stats: partitions, unowned, imbalance, max_lag_messages,
+// max_lag_seconds).
+const keyPartitionsSQL = `SELECT * FROM fanout.partition_stats()`

@@ -63,9 +63,12 @@ DECLARE
     -- parallel arrays plus each row's size and the total, sizes measured as
     -- fanout._create_page_functions does (fanout._page_fit keeps the prefix
     -- that fits the byte budget).
-    v_agg     text := 'SELECT array_agg(s.id), array_agg(s.txid), array_agg(s.payload), array_agg(s.headers),
-                              array_agg(s.message_group), array_agg(s.published_at), array_agg(s.deliver_at),
-                              array_agg(s.sz), sum(s.sz)
+    v_agg     text := 'SELECT array_agg(s.id ORDER BY s.txid, s.id), array_agg(s.txid ORDER BY s.txid, s.id),
+                              array_agg(s.payload ORDER BY s.txid, s.id), array_agg(s.headers ORDER BY s.txid, s.id),
+                              array_agg(s.message_group ORDER BY s.txid, s.id),
+                              array_agg(s.published_at ORDER BY s.txid, s.id),
+                              array_agg(s.deliver_at ORDER BY s.txid, s.id), array_agg(s.sz ORDER BY s.txid, s.id),
+                              sum(s.sz)
                        FROM (SELECT m.*,
                                     CASE WHEN pg_column_compression(m.payload) IS NULL THEN pg_column_size(m.payload)
                                          ELSE octet_length(m.payload::text) END

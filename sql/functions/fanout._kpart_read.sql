@@ -220,7 +220,9 @@ BEGIN
 
         INSERT INTO fanout.lease AS l (group_id, consumer, created_at, expires_at, msg_ids, msg_txids, attempts,
                                        open_count, min_id, kpart, generation)
-        VALUES (v_g.group_id, p_consumer, p_now, p_now + p_lease, v_ids, v_txids, v_att,
+        -- Stamped when handed out (not when the read began): the previous
+        -- page of the partition was settled or had expired before this.
+        VALUES (v_g.group_id, p_consumer, clock_timestamp(), clock_timestamp() + p_lease, v_ids, v_txids, v_att,
                 cardinality(v_ids), (SELECT min(x) FROM unnest(v_ids) AS x), v_k.kpart, v_k.generation)
         RETURNING l.lease_id INTO v_lease_id;
         UPDATE fanout.kpart k

@@ -83,4 +83,5 @@ GRANT SELECT ON fanout.topics TO fanout_admin, fanout_producer, fanout_consumer;
 GRANT SELECT ON fanout.dead_letters TO fanout_admin, fanout_consumer;
 GRANT SELECT ON fanout.groups TO fanout_admin, fanout_consumer;
 GRANT SELECT ON fanout.partitions TO fanout_admin, fanout_consumer;
+GRANT EXECUTE ON FUNCTION fanout.partition_stats() TO fanout_admin, fanout_consumer;
 GRANT SELECT ON fanout.topic_grants TO fanout_admin, fanout_producer, fanout_consumer;

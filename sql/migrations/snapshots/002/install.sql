@@ -119,6 +119,7 @@
 {{ template "fanout.heartbeat.sql" . }}
 {{ template "fanout.nack.sql" . }}
 {{ template "fanout.partition_of.sql" . }}
+{{ template "fanout.partition_stats.sql" . }}
 {{ template "fanout.partitions.sql" . }}
 {{ template "fanout.publish.sql" . }}
 {{ template "fanout.publish_batch.sql" . }}
