@@ -3,14 +3,15 @@
 -- partition): how many key partitions, how many have no owner, the
 -- assignment's imbalance (most minus fewest partitions owned by one member;
 -- 0 or 1 when even) and the largest lag of one partition (messages,
--- seconds). Runs with the caller's rights (the view shows only topics the
--- caller may consume) and without JIT: the view's row estimates made a
+-- seconds). SECURITY DEFINER like every callable function; the view still
+-- shows only topics the caller may consume (fanout._may checks the calling
+-- role, fanout._caller). Runs without JIT: the view's row estimates made a
 -- plain query over it JIT-compile on every scrape.
 -- Tables: as fanout.partitions.
 CREATE OR REPLACE FUNCTION fanout.partition_stats()
 RETURNS TABLE(topic text, group_name text, partitions bigint, unowned bigint, imbalance bigint,
               max_lag_messages bigint, max_lag_seconds float8)
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 SET jit = off
 AS $fn$
