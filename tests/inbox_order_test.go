@@ -224,7 +224,11 @@ func TestInboxSequenceOrdering(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
+	for _, g := range groups {
+		require.Empty(t, b.read(t, b.Pool, "in.seq", ptr(g), "last", 10, "30 seconds"), "group %s: nothing left", g)
+	}
 	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.seq_wait`), "nobody left waiting")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.seq_done`), "every ack applied")
 	require.Equal(t, int64(2*aggs), b.count(t, `SELECT count(*) FROM fanout.seq_state WHERE next_seq = $1`, per+1))
 }
 
