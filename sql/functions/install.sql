@@ -60,6 +60,7 @@
 {{ template "fanout._stamp_fence.sql" . }}
 {{ template "fanout._start_bitmap_job.sql" . }}
 {{ template "fanout._start_state.sql" . }}
+{{ template "fanout._summarize_partitions.sql" . }}
 {{ template "fanout._table_writers.sql" . }}
 {{ template "fanout._topic.sql" . }}
 {{ template "fanout._topic_lock_key.sql" . }}

@@ -237,6 +237,15 @@ CREATE TABLE fanout.partition (
     -- partition list may predate it, so the sequence jumps into it only once
     -- they have all ended (fanout._manage_partitions).
     stale_vxids text[],
+    -- Summary of a closed partition once no transaction can still write it
+    -- (fanout._summarize_partitions): its committed rows never change again,
+    -- so a group that has not reached it has exactly row_count unread there,
+    -- without counting (fanout._group_unread). first_txid/first_id: its
+    -- first row in (txid, id) order.
+    row_count   bigint,
+    first_txid  xid8,
+    first_id    bigint,
+    oldest_published_at timestamptz,
     PRIMARY KEY (topic_id, part_no)
 );
 

@@ -16,6 +16,9 @@
 -- 200 ms: a transaction still writing into it keeps it for a later round),
 -- then checked again, so a message committed in between is never lost.
 -- A topic that fails is logged (fanout._maint_failed) and skipped.
+-- Offset topics: closed partitions are summarized first
+-- (fanout._summarize_partitions), which keeps the per-group checks and loss
+-- counts look-ups rather than scans.
 -- Bounded: at most 10 partitions per call. Returns how many were emptied;
 -- call again while it returns > 0. Takes its own advisory lock.
 -- Tables: fanout.partition, fanout.consumer_group, fanout.lease,
@@ -43,6 +46,8 @@ BEGIN
         BEGIN  -- one topic's failure is logged and skipped (fanout._maint_failed)
         IF v_t.completion = 'reference' THEN
             PERFORM fanout._reconcile_stamps(v_t.topic_id, pg_current_snapshot());
+        ELSE
+            PERFORM fanout._summarize_partitions(v_t.topic_id);
         END IF;
         FOR v_p IN
             SELECT * FROM fanout.partition p
@@ -60,8 +65,22 @@ BEGIN
                 EXIT WHEN NOT v_forced AND NOT fanout._partition_droppable(v_t, v_p, p_now);
 
                 v_total := 0;
+                -- Groups whose window starts past the partition's bound and
+                -- that hold nothing in it lost nothing: one statement sets
+                -- them aside, and a group not yet in the partition is counted
+                -- from its summary (fanout._group_unread), so this stays one
+                -- pass over the partition, not one per group.
                 FOR g IN SELECT * FROM fanout.consumer_group cg
-                         WHERE cg.topic_id = v_t.topic_id AND cg.status <> 'cancelled' LOOP
+                         WHERE cg.topic_id = v_t.topic_id AND cg.status <> 'cancelled'
+                           AND ((cg.bit_no IS NOT NULL AND cg.status = 'dead')
+                                OR v_p.txid_bound IS NULL OR pg_snapshot_xmin(cg.win_lo) < v_p.txid_bound
+                                OR EXISTS (SELECT 1 FROM fanout.lease l
+                                           WHERE l.group_id = cg.group_id AND l.open_count > 0
+                                             AND l.min_id < v_p.hi_id)
+                                OR EXISTS (SELECT 1 FROM fanout.retry r
+                                           WHERE r.group_id = cg.group_id AND r.message_id >= v_p.lo_id
+                                             AND r.message_id < v_p.hi_id))
+                         ORDER BY cg.group_id LOOP
                     IF g.bit_no IS NOT NULL AND g.status = 'dead' THEN
                         -- Reference mode: a dead group's bit was released, so
                         -- nothing looks unread to it; what it had not

@@ -10,7 +10,14 @@
 --   (b) txid running at lo, after the cursor (point look-ups);
 --   (c) txid running at hi (so skipped by the window scan), not visible in
 --       lo, at or before the cursor: the next window delivers them.
--- Reads fanout.consumer_group and the topic's message table.
+-- It counts partition by partition, without scanning those whose rows all
+-- lie in earlier windows (txid_bound at or below the xmin of lo: none
+-- unread) or, in offset mode, all lie after the cursor and the start (a
+-- summarized partition, fanout._summarize_partitions: all row_count unread). So a
+-- group that has not reached a closed partition costs a look-up, not a
+-- count: the fanout.groups view and cleanup stay cheap with many lagging
+-- groups. Only partitions the group is inside are counted row by row.
+-- Reads fanout.consumer_group, fanout.partition and the topic's message table.
 CREATE OR REPLACE FUNCTION fanout._group_unread(
     p_group_id bigint, p_limit bigint DEFAULT NULL, p_relname text DEFAULT NULL,
     OUT messages bigint, OUT oldest_published_at timestamptz)
@@ -25,21 +32,22 @@ SET enable_sort = off
 SET jit = off
 AS $fn$
 DECLARE
-    v_g     fanout.consumer_group;
-    v_table text;
-    v_filter text := '';
+    v_g       fanout.consumer_group;
+    v_filter  text := '';
+    v_p       fanout.partition;
+    v_lo_xmax xid8;
+    v_start   bigint;
+    v_n       bigint;
+    v_oldest  timestamptz;
+    v_sql     text;
 BEGIN
     SELECT * INTO STRICT v_g FROM fanout.consumer_group g WHERE g.group_id = p_group_id;
+    v_lo_xmax := pg_snapshot_xmax(v_g.win_lo);
+    v_start := CASE WHEN v_lo_xmax = '1' THEN coalesce(v_g.effective_start_id, 0) ELSE 0 END;
     IF v_g.bit_no IS NOT NULL THEN
         v_filter := format(' AND (m.required_groups & %L::bigint) <> 0', 1::bigint << v_g.bit_no);
     END IF;
-    IF p_relname IS NULL THEN
-        SELECT t.data_table INTO STRICT v_table FROM fanout.topic t WHERE t.topic_id = v_g.topic_id;
-    ELSE
-        v_table := p_relname;
-    END IF;
-    EXECUTE format(
-        'SELECT count(*), min(u.published_at) FROM (
+    v_sql := 'SELECT count(*), min(u.published_at) FROM (
              (SELECT m.published_at FROM fanout_data.%1$I m
               WHERE m.txid >= $1 AND (m.txid, m.id) > ($2, $3) AND (m.id >= $4 OR m.txid >= $9 OR m.txid = ANY ($7)) %2$s LIMIT $5)
              UNION ALL
@@ -48,11 +56,36 @@ BEGIN
              UNION ALL
              (SELECT m.published_at FROM fanout_data.%1$I m
               WHERE m.txid = ANY ($7) AND NOT pg_visible_in_snapshot(m.txid, $8)
-                AND (m.txid, m.id) <= ($2, $3) %2$s LIMIT $5)) u', v_table, v_filter)
-        INTO messages, oldest_published_at
-        USING pg_snapshot_xmax(v_g.win_lo), v_g.cur_txid, v_g.cur_id,
-              CASE WHEN pg_snapshot_xmax(v_g.win_lo) = '1' THEN coalesce(v_g.effective_start_id, 0) ELSE 0 END,
-              p_limit, ARRAY(SELECT pg_snapshot_xip(v_g.win_lo)), ARRAY(SELECT pg_snapshot_xip(v_g.win_hi)),
-              v_g.win_lo, pg_snapshot_xmax(v_g.win_hi);
+                AND (m.txid, m.id) <= ($2, $3) %2$s LIMIT $5)) u';
+    messages := 0;
+    FOR v_p IN
+        SELECT * FROM fanout.partition p
+        WHERE p.topic_id = v_g.topic_id AND p.truncated_at IS NULL
+          AND (p_relname IS NULL OR p.relname = p_relname)
+        ORDER BY p.part_no
+    LOOP
+        IF v_p.txid_bound IS NOT NULL AND v_p.txid_bound <= pg_snapshot_xmin(v_g.win_lo) THEN
+            CONTINUE;  -- every row was in an earlier window
+        END IF;
+        IF v_g.bit_no IS NULL AND v_p.row_count IS NOT NULL AND v_p.first_txid >= v_lo_xmax
+           AND (v_p.first_txid, v_p.first_id) > (v_g.cur_txid, v_g.cur_id)
+           AND v_p.lo_id >= v_start THEN
+            -- Not reached yet: every row is unread (all of them in part (a)).
+            v_n := v_p.row_count;
+            v_oldest := v_p.oldest_published_at;
+        ELSE
+            EXECUTE format(v_sql, v_p.relname, v_filter)
+                INTO v_n, v_oldest
+                USING v_lo_xmax, v_g.cur_txid, v_g.cur_id, v_start,
+                      p_limit, ARRAY(SELECT pg_snapshot_xip(v_g.win_lo)), ARRAY(SELECT pg_snapshot_xip(v_g.win_hi)),
+                      v_g.win_lo, pg_snapshot_xmax(v_g.win_hi);
+        END IF;
+        messages := messages + v_n;
+        oldest_published_at := least(oldest_published_at, v_oldest);
+        IF p_limit IS NOT NULL AND messages >= p_limit THEN
+            messages := p_limit;
+            EXIT;
+        END IF;
+    END LOOP;
 END
 $fn$;

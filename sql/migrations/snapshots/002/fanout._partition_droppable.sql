@@ -41,13 +41,27 @@ BEGIN
         RETURN NOT v_pending AND p_now - p_part.closed_at >= p_t.retention
            AND (NOT v_unclaimed OR p_now - p_part.closed_at >= p_t.zero_subscription_retention);
     END IF;
-    FOR g IN SELECT * FROM fanout.consumer_group cg WHERE cg.topic_id = p_t.topic_id LOOP
-        CONTINUE WHEN NOT fanout._group_pins(g, p_t, p_now);
-        v_pinning := v_pinning + 1;
+    -- One statement over the topic's groups: those whose window starts past
+    -- the partition's bound pass without a look at the data; the others are
+    -- asked one by one, most lagging first, and the first that has not
+    -- passed ends the check (so a lagging crowd costs one look, not one each).
+    FOR g IN
+        SELECT * FROM fanout.consumer_group cg
+        WHERE cg.topic_id = p_t.topic_id AND fanout._group_pins(cg, p_t, p_now)
+          AND (p_part.txid_bound IS NULL OR pg_snapshot_xmin(cg.win_lo) < p_part.txid_bound
+               OR EXISTS (SELECT 1 FROM fanout.lease l
+                          WHERE l.group_id = cg.group_id AND l.open_count > 0 AND l.min_id < p_part.hi_id)
+               OR EXISTS (SELECT 1 FROM fanout.retry r
+                          WHERE r.group_id = cg.group_id AND r.message_id >= p_part.lo_id
+                            AND r.message_id < p_part.hi_id))
+        ORDER BY pg_snapshot_xmin(cg.win_lo), cg.group_id
+    LOOP
         IF NOT fanout._group_passed(g, p_part) THEN
             RETURN false;
         END IF;
     END LOOP;
+    SELECT count(*) INTO v_pinning
+    FROM fanout.consumer_group cg WHERE cg.topic_id = p_t.topic_id AND fanout._group_pins(cg, p_t, p_now);
     RETURN p_now - p_part.closed_at >= CASE WHEN v_pinning = 0 AND p_t.semantics = 'pubsub'
                                             THEN p_t.zero_subscription_retention ELSE p_t.retention END;
 END
