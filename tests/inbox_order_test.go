@@ -405,3 +405,45 @@ func TestInboxOrderBadInput(t *testing.T) {
 	require.Equal(t, got[0], got[1])
 	require.NotEqual(t, got[0], got[2])
 }
+
+// Concurrent batches sharing dedupe keys (in different orders): one message
+// per key, every batch gets the same id for a key, no deadlock.
+func TestInboxDedupeBatchConcurrent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "in.batchrace")
+	keys := []string{"k1", "k2", "k3", "k4", "k5", "k6"}
+	const n = 6
+	got := make([]map[string]int64, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			conn := b.Conn(t)
+			ks := append([]string(nil), keys...)
+			rand.New(rand.NewSource(int64(i))).Shuffle(len(ks), func(a, c int) { ks[a], ks[c] = ks[c], ks[a] })
+			<-start
+			rows, err := conn.Query(b.ctx, `SELECT fanout.publish_batch('in.batchrace',
+				array_fill('{}'::jsonb, ARRAY[6]), dedupe_keys => $1, priority => $2)`, ks, i%3)
+			require.NoError(t, err)
+			m := map[string]int64{}
+			j := 0
+			for rows.Next() {
+				var id int64
+				require.NoError(t, rows.Scan(&id))
+				m[ks[j]] = id
+				j++
+			}
+			require.NoError(t, rows.Err())
+			got[i] = m
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	for i := 1; i < n; i++ {
+		require.Equal(t, got[0], got[i], "batch %d", i)
+	}
+	require.Len(t, b.read(t, b.Pool, "in.batchrace", nil, "c", 100, "30 seconds"), len(keys), "one message per key")
+}

@@ -13,6 +13,7 @@ CREATE OR REPLACE FUNCTION fanout._sequence_gap_alerts(p_now timestamptz DEFAULT
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
+SET jit = off
 AS $fn$
 DECLARE
     r      record;
@@ -23,25 +24,22 @@ BEGIN
         RETURN 0;
     END IF;
     FOR r IN
-        SELECT x.*, t.topic, g.group_name
-        FROM (SELECT w.group_id, w.message_group,
-                     coalesce(lag(w.seq) OVER a,
-                              (SELECT s.next_seq - CASE WHEN s.msg_id IS NULL THEN 1 ELSE 0 END
-                               FROM fanout.seq_state s
-                               WHERE s.group_id = w.group_id AND s.message_group = w.message_group)) + 1
-                         AS missing_from,
-                     w.seq - 1 AS missing_to,
-                     count(*) OVER p - row_number() OVER a + 1 AS waiting,
-                     min(w.parked_at) OVER p AS oldest_parked
+        SELECT x.group_id, x.message_group, x.seq - 1 AS missing_to, x.total - x.rn + 1 AS waiting,
+               x.oldest AS oldest_parked, t.topic, g.group_name,
+               coalesce(x.prev, s.next_seq - CASE WHEN s.msg_id IS NULL THEN 1 ELSE 0 END) + 1 AS missing_from
+        FROM (SELECT w.group_id, w.message_group, w.seq, lag(w.seq) OVER a AS prev, row_number() OVER a AS rn,
+                     count(*) OVER p AS total, min(w.parked_at) OVER p AS oldest
               FROM fanout.seq_wait w
               WINDOW p AS (PARTITION BY w.group_id, w.message_group),
                      a AS (PARTITION BY w.group_id, w.message_group ORDER BY w.seq)) x
         JOIN fanout.seq_state s ON s.group_id = x.group_id AND s.message_group = x.message_group
         JOIN fanout.consumer_group g ON g.group_id = x.group_id
         JOIN fanout.topic t ON t.topic_id = g.topic_id
-        WHERE x.missing_from <= x.missing_to AND x.missing_to > s.alerted_to
-          AND p_now - x.oldest_parked >= t.gap_alert_after
-        ORDER BY x.group_id, x.message_group, x.missing_from
+        WHERE (x.prev IS NULL OR x.seq > x.prev + 1)
+          AND x.seq > coalesce(x.prev, s.next_seq - CASE WHEN s.msg_id IS NULL THEN 1 ELSE 0 END) + 1
+          AND x.seq - 1 > s.alerted_to
+          AND p_now - x.oldest >= t.gap_alert_after
+        ORDER BY x.group_id, x.message_group, x.seq
         LIMIT 1000
     LOOP
         INSERT INTO fanout.event_log (topic, group_name, kind, count, detail)

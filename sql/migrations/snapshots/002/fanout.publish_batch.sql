@@ -10,8 +10,10 @@
 -- Returns the message ids in input order.
 -- Raises: as fanout.publish, naming the offending element; PGQ03 when the
 -- arrays' lengths differ. Nothing is written when any element is bad.
--- Tables: fanout.topic, fanout.consumer_group, fanout_data.m<topic_id>
--- (through fanout_data.m<topic_id>_insert_batch).
+-- Tables: fanout.topic, fanout.consumer_group, fanout.dedupe,
+-- fanout.seq_published, fanout_data.m<topic_id> (through
+-- fanout_data.m<topic_id>_insert_batch, fanout._publish_batch_set or
+-- fanout._publish_one).
 CREATE OR REPLACE FUNCTION fanout.publish_batch(
     topic          text,
     payloads       jsonb[],
@@ -78,9 +80,11 @@ BEGIN
     END LOOP;
     PERFORM pg_current_xact_id();
     PERFORM fanout._notify_override(v_t, $5, true);
-    IF $6 IS NOT NULL OR $7 IS NOT NULL OR $8 IS NOT NULL OR $9 IS NOT NULL OR $10 IS NOT NULL THEN
-        -- One at a time, in input order (a key repeated in the batch meets
-        -- its own first claim).
+    IF $10 IS NULL AND ($6 IS NOT NULL OR $7 IS NOT NULL OR $8 IS NOT NULL OR $9 IS NOT NULL) THEN
+        RETURN QUERY SELECT fanout._publish_batch_set(v_t, $2, $3, $4, $6, v_at, $9);
+    ELSIF $10 IS NOT NULL THEN
+        -- Sequences: one at a time, in input order (a key or sequence
+        -- repeated in the batch meets its own first claim).
         RETURN QUERY
         SELECT fanout._publish_one(v_t, u.p, u.h, u.g, u.k, v_at, $9, u.s)
         FROM unnest($2, $3, $4, $6, $10) WITH ORDINALITY AS u(p, h, g, k, s, ord)

@@ -44,6 +44,7 @@
 {{ template "fanout._page_keep.sql" . }}
 {{ template "fanout._partition_droppable.sql" . }}
 {{ template "fanout._partition_floor.sql" . }}
+{{ template "fanout._publish_batch_set.sql" . }}
 {{ template "fanout._publish_one.sql" . }}
 {{ template "fanout._reconcile_stamps.sql" . }}
 {{ template "fanout._release_holds.sql" . }}
@@ -52,6 +53,7 @@
 {{ template "fanout._resurrect.sql" . }}
 {{ template "fanout._scheduled_count.sql" . }}
 {{ template "fanout._sequence_advance.sql" . }}
+{{ template "fanout._sequence_gap_rows.sql" . }}
 {{ template "fanout._sequence_gate.sql" . }}
 {{ template "fanout._sequence_settled.sql" . }}
 {{ template "fanout._set_idle_hint.sql" . }}
