@@ -447,3 +447,31 @@ func TestInboxDedupeBatchConcurrent(t *testing.T) {
 	}
 	require.Len(t, b.read(t, b.Pool, "in.batchrace", nil, "c", 100, "30 seconds"), len(keys), "one message per key")
 }
+
+// The security model is unchanged: a producer publishes with every new
+// option, a consumer cannot publish but reads sequence_gaps.
+func TestInboxOrderRoles(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "in.roles")
+	b.createTopic(t, b.Pool, "in.roles.seq", "sequence_ordering => true")
+	_, produrl := b.qRole(t, "fanout_producer")
+	_, consurl := b.qRole(t, "fanout_consumer")
+	prod := b.qConnAs(t, produrl)
+	cons := b.qConnAs(t, consurl)
+	_, err := prod.Exec(b.ctx, `SELECT fanout.publish('in.roles', '{}', priority => 3, dedupe_key => 'k', delay => '1 second')`)
+	require.NoError(t, err)
+	_, err = prod.Exec(b.ctx, `SELECT fanout.publish_batch('in.roles', ARRAY['{}']::jsonb[], priority => 2, dedupe_keys => ARRAY['k2'])`)
+	require.NoError(t, err)
+	_, err = prod.Exec(b.ctx, `SELECT fanout.publish('in.roles.seq', '{}', message_group => 'a', sequence => 2)`)
+	require.NoError(t, err)
+	_, err = cons.Exec(b.ctx, `SELECT fanout.publish('in.roles', '{}', priority => 3)`)
+	requireSQLState(t, err, "42501")
+	var n int64
+	require.NoError(t, cons.QueryRow(b.ctx, `SELECT count(*) FROM fanout.read('in.roles.seq')`).Scan(&n))
+	require.Zero(t, n, "2 waits for 1")
+	require.NoError(t, cons.QueryRow(b.ctx, `SELECT count(*) FROM fanout.sequence_gaps WHERE missing_from = 1`).Scan(&n))
+	require.Equal(t, int64(1), n)
+	_, err = prod.Exec(b.ctx, `SELECT * FROM fanout.sequence_gaps`)
+	requireSQLState(t, err, "42501")
+}
