@@ -22,6 +22,7 @@ DECLARE
     v_ids   bigint[];
     v_final bigint[];
     v_new   boolean[];
+    v_look  boolean[];
 BEGIN
     IF p_keys IS NOT NULL AND EXISTS (SELECT 1 FROM unnest(p_keys) AS k WHERE k = '' OR length(k) > 512) THEN
         RAISE EXCEPTION 'dedupe_key must have 1 to 512 characters, got %',
@@ -36,22 +37,34 @@ BEGIN
         v_final := v_ids;
         v_new := array_fill(true, ARRAY[v_n]);
     ELSE
-        -- Claim the keys (the first element of each), then read every key's id.
-        INSERT INTO fanout.dedupe AS d (topic_id, dedupe_key, message_id, created_at)
-        SELECT p_t.topic_id, f.k, f.id, clock_timestamp()
-        FROM (SELECT DISTINCT ON (u.k) u.k, v_ids[u.ord] AS id
-              FROM unnest(p_keys) WITH ORDINALITY AS u(k, ord)
-              WHERE u.k IS NOT NULL
-              ORDER BY u.k, u.ord) f
-        ORDER BY f.k
-        ON CONFLICT (topic_id, dedupe_key) DO UPDATE
-        SET message_id = excluded.message_id, created_at = excluded.created_at
-        WHERE d.created_at < clock_timestamp() - p_t.dedupe_window;
-        SELECT array_agg(coalesce(d.message_id, v_ids[u.ord]) ORDER BY u.ord),
-               array_agg(u.k IS NULL OR d.message_id = v_ids[u.ord] ORDER BY u.ord)
-        INTO v_final, v_new
+        -- Claim the keys (the first element of each); look up only the keys
+        -- that were not claimed (published before, or by a concurrent batch).
+        WITH claimed AS (
+            INSERT INTO fanout.dedupe AS d (topic_id, dedupe_key, message_id, created_at)
+            SELECT p_t.topic_id, f.k, f.id, clock_timestamp()
+            FROM (SELECT DISTINCT ON (u.k) u.k, v_ids[u.ord] AS id
+                  FROM unnest(p_keys) WITH ORDINALITY AS u(k, ord)
+                  WHERE u.k IS NOT NULL
+                  ORDER BY u.k, u.ord) f
+            ORDER BY f.k
+            ON CONFLICT (topic_id, dedupe_key) DO UPDATE
+            SET message_id = excluded.message_id, created_at = excluded.created_at
+            WHERE d.created_at < clock_timestamp() - p_t.dedupe_window
+            RETURNING d.dedupe_key, d.message_id)
+        SELECT array_agg(coalesce(c.message_id, v_ids[u.ord]) ORDER BY u.ord),
+               array_agg(u.k IS NULL OR coalesce(c.message_id = v_ids[u.ord], false) ORDER BY u.ord),
+               array_agg(u.k IS NOT NULL AND c.message_id IS NULL ORDER BY u.ord)
+        INTO v_final, v_new, v_look
         FROM unnest(p_keys) WITH ORDINALITY AS u(k, ord)
-        LEFT JOIN fanout.dedupe d ON d.topic_id = p_t.topic_id AND d.dedupe_key = u.k;
+        LEFT JOIN claimed c ON c.dedupe_key = u.k;
+        -- Keys not claimed here: their ids (a new statement, so it sees the
+        -- transaction the claim waited for).
+        IF true = ANY (v_look) THEN
+            SELECT array_agg(CASE WHEN x.look THEN d.message_id ELSE x.f END ORDER BY x.ord)
+            INTO v_final
+            FROM unnest(p_keys, v_final, v_look) WITH ORDINALITY AS x(k, f, look, ord)
+            LEFT JOIN fanout.dedupe d ON x.look AND d.topic_id = p_t.topic_id AND d.dedupe_key = x.k;
+        END IF;
     END IF;
     IF p_priority > 0 AND NOT p_t.prioritized THEN
         UPDATE fanout.topic t SET prioritized = true WHERE t.topic_id = p_t.topic_id AND NOT t.prioritized;
