@@ -58,6 +58,11 @@ func TestInboxPriorityDrain(t *testing.T) {
 			require.NotEmpty(t, ms, "%s: drained %d of %d", topic, len(got), len(all))
 			got = append(got, ids(ms)...)
 			b.ack(t, b.Pool, ms[0].LeaseID, nil)
+			// Mid-window, what was acked says so (the cursor stays at the window's start).
+			var st string
+			require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT status FROM fanout.message_status($1, $2)`,
+				topic, ms[0].MessageID).Scan(&st))
+			require.Equal(t, "acked", st)
 		}
 		wantIDs := make([]int64, len(want))
 		for i, w := range want {
@@ -279,6 +284,9 @@ func TestInboxSequenceGap(t *testing.T) {
 		return out
 	}
 	require.Equal(t, []gap{{3, 3, 3}, {6, 6, 1}}, gaps())
+	var st string
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT status FROM fanout.message_status('in.gap', $1)`, ids[4]).Scan(&st))
+	require.Equal(t, "waiting", st)
 
 	alerts := func() int64 {
 		return b.count(t, `SELECT count(*) FROM fanout.event_log WHERE kind = 'sequence_gap' AND topic = 'in.gap'`)
