@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -135,5 +134,5 @@ func TestCleanupAndGroupsViewOnePassPerPartition(t *testing.T) {
 	                                       WHERE topic = 'scale' AND kind = 'unread_dropped'`).Scan(&logged))
 	require.Equal(t, int64(junk*80+60), logged)
 	require.NoError(t, tx.Commit(b.ctx))
-	t.Log(fmt.Sprintf("closed-partition scans: groups view %d, cleanup %d (%d lagging groups)", viewScans, cleanupScans, junk))
+	t.Logf("closed-partition scans: groups view %d, cleanup %d (%d lagging groups)", viewScans, cleanupScans, junk)
 }

@@ -113,17 +113,14 @@ BEGIN
                     WHERE r.group_id = g.group_id AND r.message_id >= v_p.lo_id AND r.message_id < v_p.hi_id;
                     DELETE FROM fanout.seq_wait w
                     WHERE w.group_id = g.group_id AND w.message_id >= v_p.lo_id AND w.message_id < v_p.hi_id;
-                    UPDATE fanout.lease l
-                    SET reclaimed = l.reclaimed || lost.ids,
-                        open_count = l.open_count - cardinality(lost.ids),
-                        closed_at = CASE WHEN l.open_count = cardinality(lost.ids) THEN clock_timestamp() END
+                    PERFORM fanout._lease_settle(lost.lease_id, lost.ids, true, false)
                     FROM (SELECT l2.lease_id, array_agg(x) AS ids
                           FROM fanout.lease l2, unnest(l2.msg_ids) AS x
                           WHERE l2.group_id = g.group_id AND l2.open_count > 0
                             AND x >= v_p.lo_id AND x < v_p.hi_id
                             AND x <> ALL (l2.settled) AND x <> ALL (l2.reclaimed)
-                          GROUP BY l2.lease_id) lost
-                    WHERE l.lease_id = lost.lease_id;
+                          GROUP BY l2.lease_id
+                          ORDER BY l2.lease_id) lost;
                     IF v_lost > 0 THEN
                         UPDATE fanout.consumer_group cg SET lost_messages = cg.lost_messages + v_lost
                         WHERE cg.group_id = g.group_id;

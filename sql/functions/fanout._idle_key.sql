@@ -5,8 +5,10 @@
 -- 22003.) A hash collision only costs a peek. Touches no table.
 CREATE OR REPLACE FUNCTION fanout._idle_key(p_topic_id bigint, p_group_name text)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
-    SELECT p_topic_id || ':' || hashtextextended(coalesce(p_group_name, ''), 0)
+BEGIN
+    RETURN p_topic_id || ':' || hashtextextended(coalesce(p_group_name, ''), 0);
+END
 $fn$;

@@ -4,8 +4,10 @@
 -- Touches no table.
 CREATE OR REPLACE FUNCTION fanout._topic_lock_key(p_topic text)
 RETURNS bigint
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
-    SELECT hashtextextended('fanout.topic_use:' || fanout._nfc(p_topic), 0)
+BEGIN
+    RETURN hashtextextended('fanout.topic_use:' || fanout._nfc(p_topic), 0);
+END
 $fn$;

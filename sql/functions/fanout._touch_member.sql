@@ -12,21 +12,27 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
+DECLARE
+    v_seen timestamptz;
 BEGIN
-    UPDATE fanout.member m SET last_seen = p_now
-    WHERE m.group_id = p_group_id AND m.consumer = p_consumer AND m.last_seen < p_now - interval '1 second';
-    IF NOT FOUND THEN
-        IF NOT EXISTS (SELECT 1 FROM fanout.member m WHERE m.group_id = p_group_id AND m.consumer = p_consumer)
-           AND (SELECT count(*) FROM (SELECT 1 FROM fanout.member m WHERE m.group_id = p_group_id LIMIT 10000) x)
-               >= 10000 THEN
-            IF NOT p_strict THEN
-                RETURN;
-            END IF;
-            RAISE EXCEPTION 'the group already has 10000 members; consumer % is one too many', quote_literal(p_consumer)
-                USING ERRCODE = 'PGQ22', HINT = 'reuse consumer names (members are forgotten 7 days after they were last seen)';
+    -- The common case, a known member seen within the second: one look-up,
+    -- no lock, no write.
+    SELECT m.last_seen INTO v_seen FROM fanout.member m WHERE m.group_id = p_group_id AND m.consumer = p_consumer;
+    IF FOUND THEN
+        IF v_seen < p_now - interval '1 second' THEN
+            UPDATE fanout.member m SET last_seen = p_now
+            WHERE m.group_id = p_group_id AND m.consumer = p_consumer AND m.last_seen < p_now - interval '1 second';
         END IF;
-        INSERT INTO fanout.member (group_id, consumer, last_seen) VALUES (p_group_id, p_consumer, p_now)
-        ON CONFLICT (group_id, consumer) DO NOTHING;
+        RETURN;
     END IF;
+    IF (SELECT count(*) FROM (SELECT 1 FROM fanout.member m WHERE m.group_id = p_group_id LIMIT 10000) x) >= 10000 THEN
+        IF NOT p_strict THEN
+            RETURN;
+        END IF;
+        RAISE EXCEPTION 'the group already has 10000 members; consumer % is one too many', quote_literal(p_consumer)
+            USING ERRCODE = 'PGQ22', HINT = 'reuse consumer names (members are forgotten 7 days after they were last seen)';
+    END IF;
+    INSERT INTO fanout.member (group_id, consumer, last_seen) VALUES (p_group_id, p_consumer, p_now)
+    ON CONFLICT (group_id, consumer) DO NOTHING;
 END
 $fn$;

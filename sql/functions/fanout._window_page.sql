@@ -1,7 +1,8 @@
 -- fanout._window_page(p_group_id, p_topic_id, p_table, p_limit, p_max_bytes):
 -- the next page of at most p_limit messages of a group's stream, in
--- commit-safe order, and of at most p_max_bytes bytes (NULL: no limit;
--- fanout._page_keep) except that the first message of a page always comes.
+-- commit-safe order, and of at most p_max_bytes bytes (NULL: no limit; sizes
+-- as fanout._create_page_functions measures them) except that the first
+-- message of a page always comes.
 --
 -- The group's position is a snapshot window (lo, hi) and a cursor
 -- (cur_txid, cur_id). The window holds the messages whose txid is visible in
@@ -29,8 +30,8 @@
 -- Messages published with a deliver_at still in the future are not handed
 -- out: the cursor passes them and they go to the group's retry table
 -- (attempt 0, not_before = deliver_at), which fanout.read serves when due.
--- The aggregates read the ordered page as it comes (one pass, arrays in
--- (txid, id) order, parallel). The page comes back with its messages (payload, headers, message_group,
+-- The scans are the topic's generated page function (m<id>_page, see
+-- fanout._create_page_functions), planned once per session. The page comes back with its messages (payload, headers, message_group,
 -- published_at as arrays parallel to o_ids), so the caller needs no second
 -- look-up. The caller holds the group row FOR NO KEY UPDATE and writes the
 -- returned state back (o_changed). Reads fanout.consumer_group, fanout.partition and the
@@ -44,13 +45,6 @@ CREATE OR REPLACE FUNCTION fanout._window_page(
     OUT o_changed boolean)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
--- Pages must be ordered index scans that stop after LIMIT rows, whatever the
--- (often missing) statistics of young partitions make the planner guess
--- (and the disabled-path costs must not trigger JIT compilation).
-SET enable_bitmapscan = off
-SET enable_seqscan = off
-SET enable_sort = off
-SET jit = off
 AS $fn$
 DECLARE
     v_left    int := p_limit;
@@ -73,9 +67,11 @@ DECLARE
     v_new     pg_snapshot;
     v_start   bigint;
     v_bit     int;
-    v_filter  text := '';
-    v_bytes   bigint := coalesce(p_max_bytes, 9223372036854775807);  -- budget left (fanout._page_keep)
+    v_mask    bigint := 0;
+    v_page    text := format('SELECT * FROM fanout_data.%I($1, $2, $3, $4, $5, $6, $7, $8)', p_table || '_page');
+    v_bytes   bigint := coalesce(p_max_bytes, 9223372036854775807);  -- budget left
     v_used    bigint;
+    v_sz      int[];
     v_cut     boolean;
 BEGIN
     SELECT g.win_lo, g.win_hi, g.cur_txid, g.cur_id, coalesce(g.effective_start_id, 0), g.bit_no
@@ -83,7 +79,7 @@ BEGIN
     FROM fanout.consumer_group g WHERE g.group_id = p_group_id;
     IF v_bit IS NOT NULL THEN
         -- Reference mode: only messages that require this group.
-        v_filter := format(' AND (m.required_groups & %L::bigint) <> 0', 1::bigint << v_bit);
+        v_mask := 1::bigint << v_bit;
         PERFORM fanout._reconcile_stamps(p_topic_id, o_hi);
     END IF;
     IF pg_snapshot_xmax(o_lo) <> '1' THEN
@@ -104,15 +100,18 @@ BEGIN
                               WHERE x >= o_cur_txid AND pg_visible_in_snapshot(x, o_hi) ORDER BY x);
             IF cardinality(v_lo_xip) > 0 THEN
                 v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_lo_xip[1]));
-                EXECUTE fanout._page_keep(format(
-                    'SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at, m.deliver_at
-                           FROM fanout_data.%I m
-                           WHERE m.txid = ANY($1) AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 %s
-                           ORDER BY m.txid, m.id LIMIT $5', p_table, v_filter), 6)
-                    INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_used, v_cut
-                    USING v_lo_xip, o_cur_txid, o_cur_id, v_min_id, v_left, v_bytes, cardinality(o_ids) = 0;
-                v_bytes := v_bytes - coalesce(v_used, 0);
+                EXECUTE v_page INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
+                    USING v_lo_xip, NULL::xid8, NULL::xid8[], o_cur_txid, o_cur_id, v_min_id, v_left, v_mask;
                 v_got := coalesce(cardinality(v_ids), 0);
+                v_cut := false;
+                IF v_used > v_bytes THEN
+                    v_got := fanout._page_fit(v_sz, v_bytes, cardinality(o_ids) = 0);
+                    v_cut := v_got < cardinality(v_ids);
+                    v_ids := v_ids[1:v_got]; v_txids := v_txids[1:v_got]; v_pl := v_pl[1:v_got];
+                    v_hd := v_hd[1:v_got]; v_gr := v_gr[1:v_got]; v_pa := v_pa[1:v_got]; v_da := v_da[1:v_got];
+                    v_used := (SELECT sum(x) FROM unnest(v_sz[1:v_got]) AS x);
+                END IF;
+                v_bytes := v_bytes - coalesce(v_used, 0);
                 IF v_got > 0 THEN
                     o_ids := o_ids || v_ids;
                     o_txids := o_txids || v_txids;
@@ -137,17 +136,18 @@ BEGIN
         v_hi_xip := ARRAY(SELECT pg_snapshot_xip(o_hi));
         IF o_cur_txid < pg_snapshot_xmax(o_hi) THEN
             v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, o_cur_txid));
-            EXECUTE fanout._page_keep(format(
-                'SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at, m.deliver_at
-                       FROM fanout_data.%I m
-                       WHERE m.txid >= $1 AND m.txid < $2 AND (m.txid, m.id) > ($1, $3)
-                         AND m.txid <> ALL ($4) AND m.id >= $5 %s
-                       ORDER BY m.txid, m.id LIMIT $6', p_table, v_filter), 7)
-                INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_used, v_cut
-                USING o_cur_txid, pg_snapshot_xmax(o_hi), o_cur_id, v_hi_xip, v_min_id, v_left,
-                      v_bytes, cardinality(o_ids) = 0;
-            v_bytes := v_bytes - coalesce(v_used, 0);
+            EXECUTE v_page INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
+                USING NULL::xid8[], pg_snapshot_xmax(o_hi), v_hi_xip, o_cur_txid, o_cur_id, v_min_id, v_left, v_mask;
             v_got := coalesce(cardinality(v_ids), 0);
+            v_cut := false;
+            IF v_used > v_bytes THEN
+                v_got := fanout._page_fit(v_sz, v_bytes, cardinality(o_ids) = 0);
+                v_cut := v_got < cardinality(v_ids);
+                v_ids := v_ids[1:v_got]; v_txids := v_txids[1:v_got]; v_pl := v_pl[1:v_got];
+                v_hd := v_hd[1:v_got]; v_gr := v_gr[1:v_got]; v_pa := v_pa[1:v_got]; v_da := v_da[1:v_got];
+                v_used := (SELECT sum(x) FROM unnest(v_sz[1:v_got]) AS x);
+            END IF;
+            v_bytes := v_bytes - coalesce(v_used, 0);
             IF v_got > 0 THEN
                 o_ids := o_ids || v_ids;
                 o_txids := o_txids || v_txids;

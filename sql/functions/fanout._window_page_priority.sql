@@ -17,8 +17,9 @@
 -- window, so a message is overtaken only by higher-priority messages of its
 -- own window (at most what was committed before its window opened).
 -- Everything else (start cut-off, partition floor, reference-mode filter and
--- stamp reconciliation, byte budget, deferral of delayed messages) is that
--- of fanout._window_page. Writes the group's prio_* columns itself; returns
+-- stamp reconciliation, byte budget with fanout._page_fit, deferral of
+-- delayed messages) is that of fanout._window_page. The scans are dynamic
+-- SQL (the topic's generated page function has no level argument). Writes the group's prio_* columns itself; returns
 -- the rest like fanout._window_page.
 -- Reads fanout.consumer_group, fanout.partition, fanout.stamp_pending and the
 -- topic's message table; writes fanout.consumer_group (prio_*), fanout.retry.
@@ -66,7 +67,24 @@ DECLARE
     v_level   text;
     v_bytes   bigint := coalesce(p_max_bytes, 9223372036854775807);
     v_used    bigint;
+    v_sz      int[];
     v_cut     boolean := false;
+    -- One page of one level, as the topic's page function (fanout._create_page_functions)
+    -- returns it: arrays in (txid, id) order, each row's size, the bytes.
+    -- Arguments: $1 running txids (phase 1), $2 xmax(hi), $3 txids running at
+    -- hi, $4/$5 the level's cursor, $6 the lowest id, $7 the limit.
+    v_sel     text := 'SELECT array_agg(s.id), array_agg(s.txid), array_agg(s.payload), array_agg(s.headers),
+                              array_agg(s.message_group), array_agg(s.published_at), array_agg(s.deliver_at),
+                              array_agg(s.sz), sum(s.sz)
+                       FROM (SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at, m.deliver_at,
+                                    CASE WHEN pg_column_compression(m.payload) IS NULL THEN pg_column_size(m.payload)
+                                         ELSE octet_length(m.payload::text) END
+                                    + CASE WHEN pg_column_compression(m.headers) IS NULL THEN pg_column_size(m.headers)
+                                           ELSE octet_length(m.headers::text) END
+                                    + coalesce(octet_length(m.message_group), 0) AS sz
+                             FROM fanout_data.%I m
+                             WHERE %s AND (m.txid, m.id) > ($4, $5) AND m.id >= $6 %s %s
+                             ORDER BY m.txid, m.id LIMIT $7) s';
     v_full    boolean := false;
 BEGIN
     SELECT g.win_lo, g.win_hi, g.cur_txid, g.cur_id, coalesce(g.effective_start_id, 0), g.bit_no,
@@ -108,15 +126,19 @@ BEGIN
                                   WHERE x >= v_ptx AND pg_visible_in_snapshot(x, o_hi) ORDER BY x);
                 IF cardinality(v_lo_xip) > 0 THEN
                     v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_lo_xip[1]));
-                    EXECUTE fanout._page_keep(format(
-                        'SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at, m.deliver_at
-                               FROM fanout_data.%I m
-                               WHERE m.txid = ANY($1) AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 %s %s
-                               ORDER BY m.txid, m.id LIMIT $5', p_table, v_filter, v_level), 6)
-                        INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_used, v_cut
-                        USING v_lo_xip, v_ptx, v_pid, v_min_id, v_left, v_bytes, cardinality(o_ids) = 0;
-                    v_bytes := v_bytes - coalesce(v_used, 0);
+                    EXECUTE format(v_sel, p_table, 'm.txid = ANY ($1)', v_filter, v_level)
+                        INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
+                        USING v_lo_xip, NULL::xid8, NULL::xid8[], v_ptx, v_pid, v_min_id, v_left;
                     v_got := coalesce(cardinality(v_ids), 0);
+                    v_cut := false;
+                    IF v_used > v_bytes THEN
+                        v_got := fanout._page_fit(v_sz, v_bytes, cardinality(o_ids) = 0);
+                        v_cut := v_got < cardinality(v_ids);
+                        v_ids := v_ids[1:v_got]; v_txids := v_txids[1:v_got]; v_pl := v_pl[1:v_got];
+                        v_hd := v_hd[1:v_got]; v_gr := v_gr[1:v_got]; v_pa := v_pa[1:v_got]; v_da := v_da[1:v_got];
+                        v_used := (SELECT sum(x) FROM unnest(v_sz[1:v_got]) AS x);
+                    END IF;
+                    v_bytes := v_bytes - coalesce(v_used, 0);
                     IF v_got > 0 THEN
                         o_ids := o_ids || v_ids;
                         o_txids := o_txids || v_txids;
@@ -140,17 +162,19 @@ BEGIN
             -- Phase 2: the txid range [xmax(lo), xmax(hi)), skipping what hi saw running.
             IF v_ptx < pg_snapshot_xmax(o_hi) THEN
                 v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_ptx));
-                EXECUTE fanout._page_keep(format(
-                    'SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at, m.deliver_at
-                           FROM fanout_data.%I m
-                           WHERE m.txid >= $1 AND m.txid < $2 AND (m.txid, m.id) > ($1, $3)
-                             AND m.txid <> ALL ($4) AND m.id >= $5 %s %s
-                           ORDER BY m.txid, m.id LIMIT $6', p_table, v_filter, v_level), 7)
-                    INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_used, v_cut
-                    USING v_ptx, pg_snapshot_xmax(o_hi), v_pid, v_hi_xip, v_min_id, v_left,
-                          v_bytes, cardinality(o_ids) = 0;
-                v_bytes := v_bytes - coalesce(v_used, 0);
+                EXECUTE format(v_sel, p_table, 'm.txid >= $4 AND m.txid < $2 AND m.txid <> ALL ($3)', v_filter, v_level)
+                    INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
+                    USING NULL::xid8[], pg_snapshot_xmax(o_hi), v_hi_xip, v_ptx, v_pid, v_min_id, v_left;
                 v_got := coalesce(cardinality(v_ids), 0);
+                v_cut := false;
+                IF v_used > v_bytes THEN
+                    v_got := fanout._page_fit(v_sz, v_bytes, cardinality(o_ids) = 0);
+                    v_cut := v_got < cardinality(v_ids);
+                    v_ids := v_ids[1:v_got]; v_txids := v_txids[1:v_got]; v_pl := v_pl[1:v_got];
+                    v_hd := v_hd[1:v_got]; v_gr := v_gr[1:v_got]; v_pa := v_pa[1:v_got]; v_da := v_da[1:v_got];
+                    v_used := (SELECT sum(x) FROM unnest(v_sz[1:v_got]) AS x);
+                END IF;
+                v_bytes := v_bytes - coalesce(v_used, 0);
                 IF v_got > 0 THEN
                     o_ids := o_ids || v_ids;
                     o_txids := o_txids || v_txids;

@@ -1,7 +1,8 @@
 -- fanout.create_topic(topic, semantics, completion, retention, ...options):
 -- creates a topic: its catalog row, its message table fanout_data.m<id>
 -- (range-partitioned by message id, first partition created now), its id
--- sequence, the NOTIFY trigger (when notify) and, for queue topics, the one
+-- sequence, its generated insert and page functions (fanout_data.m<id>_*),
+-- the NOTIFY trigger (when notify) and, for queue topics, the one
 -- implicit consumer group.
 -- Idempotent: called again with the same settings it returns the same id;
 -- with different settings it raises PGQ02 naming them.
@@ -150,6 +151,7 @@ BEGIN
     END IF;
     PERFORM fanout._create_partition(v_new.topic_id, 0);
     PERFORM fanout._create_insert_functions(v_new.topic_id);
+    PERFORM fanout._create_page_functions(v_new.topic_id);
     IF v_new.notify THEN
         PERFORM fanout._set_notify(v_new.topic_id, true);
     END IF;

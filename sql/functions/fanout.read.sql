@@ -37,6 +37,12 @@ RETURNS TABLE(lease_id bigint, message_id bigint, payload jsonb, headers jsonb,
               message_group text, published_at timestamptz, attempt int)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
+-- Index look-ups whatever the statistics say: the catalog tables start empty
+-- and a session's cached plans outlive their growth (a plan made while
+-- fanout.lease was empty scanned every lease on every read). The disabled
+-- paths' costs must not trigger JIT compilation either.
+SET enable_seqscan = off
+SET jit = off
 AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -144,11 +150,7 @@ BEGIN
             v_att := v_att || v_take.atts;
             v_left := v_left - cardinality(v_take.ids);
         END IF;
-        UPDATE fanout.lease l
-        SET reclaimed = l.reclaimed || v_take.all_ids,
-            open_count = l.open_count - cardinality(v_take.all_ids),
-            closed_at = CASE WHEN l.open_count = cardinality(v_take.all_ids) THEN v_now END
-        WHERE l.lease_id = r.lease_id;
+        PERFORM fanout._lease_settle(r.lease_id, v_take.all_ids, true, true, v_now);
     END LOOP;
 
     -- Sequence-ordered topics: acks since the last read release waiters.
@@ -243,11 +245,11 @@ BEGIN
             USING v_lease_id, v_ids[1:v_nw], v_txids[1:v_nw], v_att[1:v_nw];
     END IF;
     IF cardinality(v_ids) > v_nw THEN
+        -- unnest of several arrays yields their elements in order: no sort.
         RETURN QUERY
         SELECT v_lease_id, u.id, u.p, u.h, u.g, u.pa, 1
         FROM unnest(v_w.o_ids, v_w.o_payloads, v_w.o_headers, v_w.o_groups, v_w.o_published)
-             WITH ORDINALITY AS u(id, p, h, g, pa, ord)
-        ORDER BY u.ord;
+             AS u(id, p, h, g, pa);
     END IF;
 END
 $fn$;

@@ -95,7 +95,8 @@ CREATE TABLE fanout.consumer_group (
     prio_id             bigint,
     UNIQUE NULLS NOT DISTINCT (topic_id, group_name),
     UNIQUE (topic_id, bit_no)
-);
+) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
+       autovacuum_vacuum_cost_delay = 0);  -- updated on every page read: docs/architecture.md, "Catalog tables"
 
 -- Members seen per group (for fanout.groups; throttled writes).
 CREATE TABLE fanout.member (
@@ -103,7 +104,7 @@ CREATE TABLE fanout.member (
     consumer    text NOT NULL,
     last_seen   timestamptz NOT NULL,
     PRIMARY KEY (group_id, consumer)
-);
+) WITH (fillfactor = 70);  -- last_seen updated at most once a second per member (HOT)
 
 -- A lease: one page handed to one consumer. Per-message state lives in the
 -- arrays (parallel, same order): no per-message rows on the consume path.
@@ -121,7 +122,8 @@ CREATE TABLE fanout.lease (
     open_count  int NOT NULL,                     -- neither settled nor reclaimed
     min_id      bigint NOT NULL,                  -- pins partitions while open
     closed_at   timestamptz                       -- set when open_count reaches 0
-);
+) WITH (fillfactor = 90, toast_tuple_target = 8160, autovacuum_vacuum_scale_factor = 0.02,
+       autovacuum_vacuum_insert_scale_factor = 0.05, autovacuum_vacuum_cost_delay = 0);
 CREATE INDEX lease_open_idx ON fanout.lease (group_id, expires_at, lease_id) WHERE open_count > 0;
 CREATE INDEX lease_closed_idx ON fanout.lease (closed_at) WHERE open_count = 0;
 
@@ -134,7 +136,7 @@ CREATE TABLE fanout.retry (
     not_before  timestamptz NOT NULL,
     last_error  text,
     PRIMARY KEY (group_id, message_id)
-);
+) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0);
 CREATE INDEX retry_due_idx ON fanout.retry (group_id, not_before);
 
 -- Dead letters keep a copy of the message so that they outlive partition drops.

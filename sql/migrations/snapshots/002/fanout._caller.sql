@@ -5,13 +5,16 @@
 -- SECURITY DEFINER, and a session can only SET ROLE to a role it is a
 -- member of, so neither can be forged. A wrapper function owned by another
 -- role is therefore checked as the session that calls it, never as its owner.
--- Returns NULL if that role no longer exists. Reads pg_roles.
+-- Returns NULL if that role no longer exists. Reads the role catalog
+-- (through its cache: to_regrole; plpgsql, because a SQL function with SET is
+-- planned again on every call, and this runs on every publish, read and ack).
 CREATE OR REPLACE FUNCTION fanout._caller()
 RETURNS oid
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
-    SELECT r.oid FROM pg_roles r
-    WHERE r.rolname = CASE WHEN current_setting('role') = 'none' THEN session_user::text
-                           ELSE current_setting('role') END
+BEGIN
+    RETURN to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
+                                       ELSE current_setting('role') END))::oid;
+END
 $fn$;

@@ -13,19 +13,14 @@ DECLARE
     v_leases bigint;
     v_retry  bigint;
 BEGIN
-    WITH open AS (
-        SELECT l.lease_id,
-               ARRAY(SELECT x FROM unnest(l.msg_ids) AS x
-                     WHERE x <> ALL (l.settled) AND x <> ALL (l.reclaimed)) AS ids
-        FROM fanout.lease l
-        WHERE l.group_id = p_group_id AND l.open_count > 0
-        FOR UPDATE),
-    upd AS (
-        UPDATE fanout.lease l
-        SET reclaimed = l.reclaimed || open.ids, open_count = 0, closed_at = clock_timestamp()
-        FROM open WHERE l.lease_id = open.lease_id
-        RETURNING cardinality(open.ids) AS n)
-    SELECT coalesce(sum(n), 0) INTO v_leases FROM upd;
+    SELECT coalesce(sum(fanout._lease_settle(o.lease_id, o.ids, true, true)), 0) INTO v_leases
+    FROM (SELECT l.lease_id,
+                 ARRAY(SELECT x FROM unnest(l.msg_ids) AS x
+                       WHERE x <> ALL (l.settled) AND x <> ALL (l.reclaimed)) AS ids
+          FROM fanout.lease l
+          WHERE l.group_id = p_group_id AND l.open_count > 0
+          ORDER BY l.lease_id
+          FOR UPDATE) o;
     DELETE FROM fanout.retry r WHERE r.group_id = p_group_id;
     GET DIAGNOSTICS v_retry = ROW_COUNT;
     v_leases := v_leases + v_retry;

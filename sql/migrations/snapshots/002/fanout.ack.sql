@@ -27,11 +27,7 @@ BEGIN
     IF v_n > 0 THEN
         PERFORM fanout._complete_bits(v_l.group_id, v_l.msg_ids, v_l.msg_txids, true, v_targets);
         PERFORM fanout._sequence_settled(v_l.group_id, v_targets);
-        UPDATE fanout.lease l
-        SET settled = l.settled || v_targets,
-            open_count = l.open_count - v_n,
-            closed_at = CASE WHEN l.open_count = v_n THEN clock_timestamp() END
-        WHERE l.lease_id = v_l.lease_id;
+        PERFORM fanout._lease_settle(v_l.lease_id, v_targets, false, true);
     END IF;
     RETURN v_n;
 END

@@ -58,11 +58,7 @@ BEGIN
         PERFORM fanout._dead_letter(v_l.group_id, v_table, v_dead.ids, v_dead.txids, v_dead.atts, $4);
     END IF;
 
-    UPDATE fanout.lease l
-    SET settled = l.settled || v_targets,
-        open_count = l.open_count - v_n,
-        closed_at = CASE WHEN l.open_count = v_n THEN v_now END
-    WHERE l.lease_id = v_l.lease_id;
+    PERFORM fanout._lease_settle(v_l.lease_id, v_targets, false, true, v_now);
     RETURN v_n;
 END
 $fn$;

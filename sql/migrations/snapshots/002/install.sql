@@ -15,6 +15,7 @@
 {{ template "fanout._check_topic_settings.sql" . }}
 {{ template "fanout._complete_bits.sql" . }}
 {{ template "fanout._create_insert_functions.sql" . }}
+{{ template "fanout._create_page_functions.sql" . }}
 {{ template "fanout._create_partition.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
 {{ template "fanout._delivery_time.sql" . }}
@@ -30,6 +31,7 @@
 {{ template "fanout._group_view.sql" . }}
 {{ template "fanout._idle_hint.sql" . }}
 {{ template "fanout._idle_key.sql" . }}
+{{ template "fanout._lease_settle.sql" . }}
 {{ template "fanout._lease_targets.sql" . }}
 {{ template "fanout._liveness.sql" . }}
 {{ template "fanout._lock_group.sql" . }}
@@ -41,7 +43,7 @@
 {{ template "fanout._nfc.sql" . }}
 {{ template "fanout._normalize_option.sql" . }}
 {{ template "fanout._notify_override.sql" . }}
-{{ template "fanout._page_keep.sql" . }}
+{{ template "fanout._page_fit.sql" . }}
 {{ template "fanout._partition_droppable.sql" . }}
 {{ template "fanout._partition_floor.sql" . }}
 {{ template "fanout._publish_batch_set.sql" . }}
