@@ -483,3 +483,45 @@ func TestInboxOrderRoles(t *testing.T) {
 	_, err = prod.Exec(b.ctx, `SELECT * FROM fanout.sequence_gaps`)
 	requireSQLState(t, err, "42501")
 }
+
+// Priority on a reference-mode topic, with pages cut by max_bytes: each
+// group drains highest priority first, every message once.
+func TestInboxPriorityReferenceBytes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "in.prio.ref", "semantics => 'pubsub'", "completion => 'reference'")
+	for _, g := range []string{"a", "b"} {
+		_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('in.prio.ref', $1)`, g)
+		require.NoError(t, err)
+	}
+	var want []int64
+	byPrio := map[int][]int64{}
+	for i := 0; i < 12; i++ {
+		p := (i * 7) % 4 * 3 // 0, 9, 6, 3, ...
+		byPrio[p] = append(byPrio[p], b.pubPrio(t, b.Pool, "in.prio.ref", p))
+	}
+	for p := 9; p >= 0; p-- {
+		want = append(want, byPrio[p]...)
+	}
+	for _, g := range []string{"a", "b"} {
+		var got []int64
+		for len(got) < len(want) {
+			rows, err := b.Pool.Query(b.ctx, `SELECT lease_id, message_id FROM fanout.read('in.prio.ref', $1, 'c',
+				max_messages => 5, max_bytes => 40)`, g)
+			require.NoError(t, err)
+			var lease int64
+			n := 0
+			for rows.Next() {
+				var id int64
+				require.NoError(t, rows.Scan(&lease, &id))
+				got = append(got, id)
+				n++
+			}
+			require.NoError(t, rows.Err())
+			require.NotZero(t, n, "group %s drained %d of %d", g, len(got), len(want))
+			require.Less(t, n, 5, "max_bytes cuts the page")
+			b.ack(t, b.Pool, lease, nil)
+		}
+		require.Equal(t, want, got, "group %s", g)
+	}
+}
