@@ -202,7 +202,9 @@ func runMatrixRowInner(ctx context.Context, env *Env, row matrixRow, d, tick tim
 	var bloats []bloatSample
 	var byteSamples []bloatBytes
 	var maintErr error
-	for time.Since(start) < d && maintErr == nil {
+	// At least 3 ticks (the cleanup rate needs two after the first), also
+	// when a loaded machine makes each tick slow, within 5 × d.
+	for (time.Since(start) < d || len(ticks) < 3) && time.Since(start) < 5*d && maintErr == nil {
 		select {
 		case <-ctx.Done():
 			maintErr = ctx.Err()

@@ -512,12 +512,12 @@ func TestPartitionsPageAtATimeAndExplicitReads(t *testing.T) {
 
 	// Mixing explicit and automatic reads in one group is refused.
 	_, err = pReadAs(ctx, b.Pool, "ex", ptr("app"), ptr("w"), 1, "1 minute", nil)
-	requireSQLState(t, err, "PGQ23")
+	requireSQLState(t, err, "PGQ24")
 	ms, err := pReadAs(ctx, b.Pool, "ex", ptr("auto"), ptr("w"), 1, "1 minute", nil)
 	require.NoError(t, err)
 	require.Len(t, ms, 1)
 	_, err = pReadAs(ctx, b.Pool, "ex", ptr("auto"), nil, 1, "1 minute", ptr(0))
-	requireSQLState(t, err, "PGQ23")
+	requireSQLState(t, err, "PGQ24")
 
 	// Bad partition numbers, and partitions on an unpartitioned topic.
 	_, err = pReadAs(ctx, b.Pool, "ex", ptr("app"), nil, 1, "1 minute", ptr(8))

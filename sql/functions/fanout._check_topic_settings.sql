@@ -69,5 +69,12 @@ BEGIN
         RAISE EXCEPTION 'whole_transactions applies to partitioned topics only'
             USING ERRCODE = 'PGQ03', HINT = 'create the topic with partitions => P (P = 1 keeps one total order)';
     END IF;
+    IF p_t.sequence_ordering IS NULL THEN
+        RAISE EXCEPTION 'sequence_ordering must not be NULL' USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.gap_alert_after IS NULL OR p_t.gap_alert_after < interval '0' OR p_t.gap_alert_after > interval '30 days' THEN
+        RAISE EXCEPTION 'gap_alert_after must be an interval from 0 to 30 days, got %',
+            coalesce(p_t.gap_alert_after::text, 'NULL') USING ERRCODE = 'PGQ03';
+    END IF;
 END
 $fn$;

@@ -1,7 +1,7 @@
 -- fanout._kpart_mode(p_t, p_group_id, p_explicit, p_now): sets how a group of a
 -- partitioned topic reads: 'explicit' (read(..., partition => k): the
 -- application assigns partitions) or 'auto' (fanout._kpart_assign). The
--- first read sets it. Switching is refused (PGQ23: mixing the two in one
+-- first read sets it. Switching is refused (PGQ24: mixing the two in one
 -- group) while the group has an open, unexpired lease, or the other mode
 -- was used within least(heartbeat_timeout, 30 seconds): a live automatic
 -- owner, or an explicit read. A switch to explicit frees every partition
@@ -37,7 +37,7 @@ BEGIN
             coalesce(quote_literal(v_g.group_name), '(queue)'), quote_literal(p_t.topic),
             CASE WHEN v_g.kpart_mode = 'auto' THEN 'by automatic assignment' ELSE 'explicitly (partition => k)' END,
             CASE WHEN p_explicit THEN 'read(..., partition => k)' ELSE 'a read without partition' END
-            USING ERRCODE = 'PGQ23',
+            USING ERRCODE = 'PGQ24',
                   HINT = 'use one mode per group (another group for the other), or switch once the group has '
                          'no open lease and the other mode has been idle for least(heartbeat_timeout, 30 s)';
     END IF;

@@ -31,6 +31,8 @@ CREATE OR REPLACE FUNCTION fanout.create_topic(
     notify                              boolean DEFAULT true,
     partition_interval                  interval DEFAULT '1 hour',
     dedupe_window                       interval DEFAULT '24 hours',
+    sequence_ordering                   boolean DEFAULT false,
+    gap_alert_after                     interval DEFAULT '5 minutes',
     partitions                          int DEFAULT NULL,
     whole_transactions                  boolean DEFAULT false)
 RETURNS bigint
@@ -59,8 +61,10 @@ BEGIN
     v_new.notify := $11;
     v_new.partition_interval := $12;
     v_new.dedupe_window := $13;
-    v_new.partitions := $14;
-    v_new.whole_transactions := $15;
+    v_new.sequence_ordering := $14;
+    v_new.gap_alert_after := $15;
+    v_new.partitions := $16;
+    v_new.whole_transactions := $17;
     PERFORM fanout._check_topic_settings(v_new);
     IF v_new.semantics = 'queue' AND v_new.completion <> 'offset' THEN
         RAISE EXCEPTION 'completion % applies to pubsub topics only; a queue topic message needs one ack',
@@ -86,6 +90,8 @@ BEGIN
             ('notify', v_old.notify IS DISTINCT FROM v_new.notify),
             ('partition_interval', v_old.partition_interval IS DISTINCT FROM v_new.partition_interval),
             ('dedupe_window', v_old.dedupe_window IS DISTINCT FROM v_new.dedupe_window),
+            ('sequence_ordering', v_old.sequence_ordering IS DISTINCT FROM v_new.sequence_ordering),
+            ('gap_alert_after', v_old.gap_alert_after IS DISTINCT FROM v_new.gap_alert_after),
             ('partitions', v_old.partitions IS DISTINCT FROM v_new.partitions),
             ('whole_transactions', v_old.whole_transactions IS DISTINCT FROM v_new.whole_transactions)
         ) AS d(k, differs)
@@ -100,11 +106,13 @@ BEGIN
 
     INSERT INTO fanout.topic AS t (topic, semantics, completion, retention, zero_subscription_retention,
         block_writes_without_subscriptions, max_retention, max_attempts, max_payload_bytes, zombie_ttl,
-        notify, partition_interval, data_table, seq_name, dedupe_window, partitions, whole_transactions)
+        notify, partition_interval, data_table, seq_name, dedupe_window, sequence_ordering, gap_alert_after,
+        partitions, whole_transactions)
     VALUES (p_topic, v_new.semantics, v_new.completion, v_new.retention, v_new.zero_subscription_retention,
         v_new.block_writes_without_subscriptions, v_new.max_retention, v_new.max_attempts,
         v_new.max_payload_bytes, v_new.zombie_ttl, v_new.notify, v_new.partition_interval, '', '',
-        v_new.dedupe_window, v_new.partitions, v_new.whole_transactions)
+        v_new.dedupe_window, v_new.sequence_ordering, v_new.gap_alert_after, v_new.partitions,
+        v_new.whole_transactions)
     RETURNING * INTO v_new;
 
     v_new.data_table := 'm' || v_new.topic_id;
@@ -121,6 +129,8 @@ BEGIN
             published_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
             message_group text,
             deliver_at    timestamptz,
+            priority      smallint,
+            seq           bigint,
             headers       jsonb       NOT NULL DEFAULT '{}',
             payload       jsonb       NOT NULL
         ) PARTITION BY RANGE (id)$ddl$,
@@ -137,6 +147,10 @@ BEGIN
         EXECUTE format('CREATE INDEX %I ON fanout_data.%I (kpart, txid, id)',
                        v_new.data_table || '_kpart', v_new.data_table);
     END IF;
+    -- Priority topics read each level in (txid, id) order (fanout._window_page_priority);
+    -- priority 0 is stored as NULL and read through the (txid, id) index.
+    EXECUTE format('CREATE INDEX %I ON fanout_data.%I (priority, txid, id) WHERE priority IS NOT NULL',
+                   v_new.data_table || '_priority', v_new.data_table);
     IF v_new.completion = 'reference' THEN
         -- Per-message bitmaps, an id index for batched backfill and release,
         -- and the trigger that stamps required_groups at insert.

@@ -6,7 +6,7 @@
 -- never wait for each other.
 --   * Mode: p_partition NULL = automatic assignment (p_consumer required),
 --     else an explicit read of that partition (fanout._kpart_mode refuses
---     mixing the two in one group, PGQ23).
+--     mixing the two in one group, PGQ24).
 --   * Assignment (fanout._kpart_assign): the caller gets its share of the
 --     partitions over the live members, incrementally.
 --   * One page per partition: a partition is served only when its previous
@@ -17,7 +17,7 @@
 --     the stream page is fanout._kpart_page. One read returns one page of one
 --     partition (the least recently served ready one it owns).
 -- Returns rows as fanout.read. Raises: PGQ03 (partition out of range,
--- consumer missing in automatic mode), PGQ13, PGQ14, PGQ16, PGQ22, PGQ23.
+-- consumer missing in automatic mode), PGQ13, PGQ14, PGQ16, PGQ22, PGQ24.
 -- Tables: fanout.consumer_group, fanout.kpart, fanout.member, fanout.lease,
 -- fanout.retry, fanout.dead_letter, fanout.event_log, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout._kpart_read(

@@ -1,5 +1,6 @@
 -- fanout.alter_topic(topic, ...options): changes a topic's settings; a NULL
--- option is left as it is. semantics and completion are fixed at creation.
+-- option is left as it is. semantics, completion and sequence_ordering are
+-- fixed at creation.
 -- partitions may be raised on a partitioned topic, never lowered: keys are
 -- then hashed over the new count, so a key may move to another key
 -- partition; messages already published stay where they are, so per-key
@@ -20,6 +21,7 @@ CREATE OR REPLACE FUNCTION fanout.alter_topic(
     notify                              boolean DEFAULT NULL,
     partition_interval                  interval DEFAULT NULL,
     dedupe_window                       interval DEFAULT NULL,
+    gap_alert_after                     interval DEFAULT NULL,
     partitions                          int DEFAULT NULL,
     whole_transactions                  boolean DEFAULT NULL)
 RETURNS bigint
@@ -50,15 +52,16 @@ BEGIN
     v_new.notify := coalesce($9, v_old.notify);
     v_new.partition_interval := coalesce($10, v_old.partition_interval);
     v_new.dedupe_window := coalesce($11, v_old.dedupe_window);
-    v_new.partitions := coalesce($12, v_old.partitions);
-    v_new.whole_transactions := coalesce($13, v_old.whole_transactions);
-    IF $12 IS NOT NULL AND v_old.partitions IS NULL THEN
+    v_new.gap_alert_after := coalesce($12, v_old.gap_alert_after);
+    v_new.partitions := coalesce($13, v_old.partitions);
+    v_new.whole_transactions := coalesce($14, v_old.whole_transactions);
+    IF $13 IS NOT NULL AND v_old.partitions IS NULL THEN
         RAISE EXCEPTION 'topic % is not partitioned; partitions is fixed at creation for unpartitioned topics',
             quote_literal($1) USING ERRCODE = 'PGQ03', HINT = 'create a new topic with partitions => P';
     END IF;
-    IF $12 IS NOT NULL AND $12 < v_old.partitions THEN
+    IF $13 IS NOT NULL AND $13 < v_old.partitions THEN
         RAISE EXCEPTION 'partitions may be raised, never lowered: % has %, got %',
-            quote_literal($1), v_old.partitions, $12 USING ERRCODE = 'PGQ03';
+            quote_literal($1), v_old.partitions, $13 USING ERRCODE = 'PGQ03';
     END IF;
     PERFORM fanout._check_topic_settings(v_new);
     UPDATE fanout.topic t
@@ -67,8 +70,8 @@ BEGIN
         max_retention = v_new.max_retention, max_attempts = v_new.max_attempts,
         max_payload_bytes = v_new.max_payload_bytes, zombie_ttl = v_new.zombie_ttl,
         notify = v_new.notify, partition_interval = v_new.partition_interval,
-        dedupe_window = v_new.dedupe_window, partitions = v_new.partitions,
-        whole_transactions = v_new.whole_transactions
+        dedupe_window = v_new.dedupe_window, gap_alert_after = v_new.gap_alert_after,
+        partitions = v_new.partitions, whole_transactions = v_new.whole_transactions
     WHERE t.topic_id = v_old.topic_id;
     IF v_new.partitions IS DISTINCT FROM v_old.partitions THEN
         -- New messages hash over the new count (fanout._kpart_of); messages
