@@ -589,6 +589,54 @@ func TestPartitionsTopicOptions(t *testing.T) {
 	require.Equal(t, 16, n)
 }
 
+// The inbox's ordering options are not combined with key partitions: a
+// partitioned topic with sequence_ordering, and a priority above 0 published
+// to a partitioned topic, are refused with PGQ03 and write nothing. The
+// set-based publish_batch path (dedupe keys, delivery time) sets each
+// message's key partition like the insert functions do.
+func TestPartitionsWithInboxOptions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := b.ctx
+	_, err := b.Pool.Exec(ctx, `SELECT fanout.create_topic('bad', partitions => 4, sequence_ordering => true)`)
+	requireSQLState(t, err, "PGQ03")
+	var n int
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM fanout.topic`).Scan(&n))
+	require.Zero(t, n, "a refused create_topic left a topic behind")
+
+	b.createTopic(t, b.Pool, "p", "partitions => 4")
+	var table string
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT data_table FROM fanout.topic WHERE topic = 'p'`).Scan(&table))
+	for _, bad := range []string{
+		`SELECT fanout.publish('p', '{}', message_group => 'k', priority => 5)`,
+		`SELECT fanout.publish_batch('p', ARRAY['{}', '{}']::jsonb[], message_groups => ARRAY['a', 'b'], priority => 1)`,
+		`SELECT fanout.publish_batch('p', ARRAY['{}']::jsonb[], dedupe_keys => ARRAY['d'], priority => 9)`,
+	} {
+		_, err = b.Pool.Exec(ctx, bad)
+		requireSQLState(t, err, "PGQ03")
+	}
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM fanout_data.`+table).Scan(&n))
+	require.Zero(t, n, "a refused publish wrote a message")
+	var prioritized bool
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT prioritized FROM fanout.topic WHERE topic = 'p'`).Scan(&prioritized))
+	require.False(t, prioritized)
+
+	// Allowed: priority 0, dedupe keys and delivery times (set-based batch).
+	_, err = b.Pool.Exec(ctx, `SELECT fanout.publish('p', '{}', message_group => 'k', priority => 0)`)
+	require.NoError(t, err)
+	_, err = b.Pool.Exec(ctx, `SELECT fanout.publish_batch('p', array_agg('{}'::jsonb), message_groups => array_agg('g' || i),
+		dedupe_keys => array_agg('d' || i)) FROM generate_series(1, 20) i`)
+	require.NoError(t, err)
+	_, err = b.Pool.Exec(ctx, `SELECT fanout.publish_batch('p', array_agg('{}'::jsonb), message_groups => array_agg('h' || i),
+		delay => '0 seconds') FROM generate_series(1, 20) i`)
+	require.NoError(t, err)
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM fanout_data.`+table).Scan(&n))
+	require.Equal(t, 41, n)
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM fanout_data.`+table+`
+		WHERE kpart IS DISTINCT FROM fanout._kpart_of(message_group, 4)`).Scan(&n))
+	require.Zero(t, n, "a message's kpart is not the hash of its message_group")
+}
+
 // whole_transactions: a producer transaction of 250 messages of one key
 // comes in one page with max_messages => 100; one of 10,050 is split at the
 // 10,000 cap, and the split is logged.

@@ -9,7 +9,8 @@
 -- inserts nothing; a concurrent publisher of a key waits for the first
 -- transaction; a key repeated in the batch gets the id of its first element.
 -- The caller checked every element. Returns the ids in input order.
--- Tables: fanout.dedupe, fanout.topic (prioritized), fanout_data.m<topic_id>.
+-- Tables: fanout.dedupe, fanout.topic (prioritized), fanout_data.m<topic_id> (and its kpart
+-- on a partitioned topic).
 CREATE OR REPLACE FUNCTION fanout._publish_batch_set(
     p_t fanout.topic, p_payloads jsonb[], p_headers jsonb[], p_groups text[], p_keys text[],
     p_deliver_at timestamptz, p_priority int)
@@ -69,13 +70,16 @@ BEGIN
     IF p_priority > 0 AND NOT p_t.prioritized THEN
         UPDATE fanout.topic t SET prioritized = true WHERE t.topic_id = p_t.topic_id AND NOT t.prioritized;
     END IF;
+    -- On a partitioned topic each message also gets its key partition
+    -- (the expression of the insert functions, fanout._kpart_expr).
     EXECUTE format(
-        'INSERT INTO fanout_data.%I (id, headers, message_group, payload, deliver_at, priority)
-         SELECT u.id, coalesce(u.h, ''{}''::jsonb), u.g, u.p, $5, $6
+        'INSERT INTO fanout_data.%1$I (id, headers, message_group, payload, deliver_at, priority%2$s)
+         SELECT u.id, coalesce(u.h, ''{}''::jsonb), u.g, u.p, $5, $6%3$s
          FROM unnest($1::bigint[], $2::jsonb[], $3::jsonb[], $4::text[], $7::boolean[]) WITH ORDINALITY
               AS u(id, p, h, g, fresh, ord)
          WHERE u.fresh
-         ORDER BY u.ord', p_t.data_table)
+         ORDER BY u.ord', p_t.data_table, CASE WHEN p_t.partitions IS NOT NULL THEN ', kpart' ELSE '' END,
+        fanout._kpart_expr(p_t.partitions, 'u.g'))
         USING v_final, p_payloads, coalesce(p_headers, array_fill(NULL::jsonb, ARRAY[v_n])),
               coalesce(p_groups, array_fill(NULL::text, ARRAY[v_n])), p_deliver_at,
               nullif(p_priority, 0)::smallint, v_new;

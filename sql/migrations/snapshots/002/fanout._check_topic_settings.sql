@@ -4,7 +4,8 @@
 -- most 3650 days, partition_interval at most 365 days, so that maintenance
 -- can always compute with them (a setting of 178,000,000 years made every
 -- timestamp computation of maintenance fail). partitions: NULL or 1..1024;
--- whole_transactions only with partitions.
+-- whole_transactions only with partitions; sequence_ordering not with
+-- partitions (not combined: a partitioned topic is read by key partition).
 -- Raises PGQ03 naming the first bad setting. Touches no table.
 CREATE OR REPLACE FUNCTION fanout._check_topic_settings(p_t fanout.topic)
 RETURNS void
@@ -75,6 +76,15 @@ BEGIN
     IF p_t.gap_alert_after IS NULL OR p_t.gap_alert_after < interval '0' OR p_t.gap_alert_after > interval '30 days' THEN
         RAISE EXCEPTION 'gap_alert_after must be an interval from 0 to 30 days, got %',
             coalesce(p_t.gap_alert_after::text, 'NULL') USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.sequence_ordering AND p_t.partitions IS NOT NULL THEN
+        -- Not combined (yet): a partitioned topic is read by key partition
+        -- (fanout._kpart_read), which does not hold messages back for their
+        -- sequence.
+        RAISE EXCEPTION 'sequence_ordering does not apply to partitioned topics'
+            USING ERRCODE = 'PGQ03',
+                  HINT = 'a partitioned topic already keeps per-key order (one key partition per message_group); '
+                         'create the topic with either partitions or sequence_ordering';
     END IF;
 END
 $fn$;
