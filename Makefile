@@ -79,13 +79,19 @@ lint: ## go vet + staticcheck (pinned version, via go run)
 deps: ## install what make test exercises: pg_cron, PgBouncer, psycopg, Node pg (as root)
 	scripts/deps.sh ensure pg_cron pgbouncer psycopg node
 
-bench: build ## benchmarks, as ratios to baselines measured in the same run
+# On its own cluster the bench installs Skytools PgQ (Debian's
+# postgresql-<major>-pgq3, as root) for its PgQ baseline; without it those
+# rows say "not measured" and the table's header says why.
+bench: build ## benchmarks (≈20 min), as ratios to baselines measured in the same run, PgQ among them
 	@set -e; \
-	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start bench $(BENCH_PORT)); fi; \
+	if [ -z "$$DATABASE_URL" ]; then \
+	  DATABASE_URL=$$(scripts/devdb.sh start bench $(BENCH_PORT)); \
+	  scripts/deps.sh ensure pgq3 || echo "make bench: PgQ could not be installed; its rows are reported as not measured" >&2; \
+	fi; \
 	export DATABASE_URL; \
 	$(GO) run ./bench $(BENCH_FLAGS)
 
-bench-quick: ## a shorter benchmark run
+bench-quick: ## a shorter benchmark run (a few minutes)
 	$(MAKE) bench BENCH_FLAGS=-quick
 
 # Fault injection: soak (restarts, terminated backends, SIGKILLed consumers and

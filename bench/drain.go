@@ -44,12 +44,22 @@ func (drainScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 			" filled with INSERT ... SELECT from the topic's message table;\n"+
 			fmt.Sprintf(plainWalk, "<copy>")+
 			"  -- $3 = 100; k readers walk k disjoint id ranges")
+	env.Baseline("SKIP LOCKED queue",
+		"a copy of the topic's rows as for \"plain SELECT page walk\"; k consumers each repeat, until a page comes back empty:\n"+
+			fmt.Sprintf(skipLockedDelete, "<copy>", "<copy>")+";  -- $1 = 100, autocommit\n"+
+			"(the delete-queue of the latency baseline \"plain NOTIFY + SKIP LOCKED queue\", the one issue 10 measured against: "+
+			"one statement per page; the page is gone when it is handed out)")
+	env.Baseline("SKIP LOCKED queue, lock then DELETE",
+		"a copy as above; k consumers each repeat, until a page comes back empty:\n"+
+			"BEGIN; "+fmt.Sprintf(skipLockedRead, "<copy>")+";  -- $1 = 100\n"+
+			fmt.Sprintf(skipLockedAck, "<copy>")+";  -- the page's ids\nCOMMIT;\n"+
+			"(the at-least-once SKIP LOCKED queue: the row lock is the lease, the DELETE the ack; report only)")
 	rounds := env.N(3, 2)
 	var out []Result
 	for _, consumers := range []int{1, 4} {
-		// Best of `rounds` fresh backlogs for both sides: on a shared
+		// Best of `rounds` fresh backlogs for all sides: on a shared
 		// machine the least disturbed run is the most telling.
-		var got, base, pubRate float64
+		var got, base, skip, skipTx, pubRate float64
 		var st client.Stats
 		for r := 0; r < rounds; r++ {
 			topic := fmt.Sprintf("drain.c%d.r%d", consumers, r)
@@ -61,16 +71,32 @@ func (drainScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 			if err != nil {
 				return nil, err
 			}
-			walk := func() error {
+			queueTable, txTable := copyTable+"_q", copyTable+"_qtx"
+			for _, t := range []string{queueTable, txTable} {
+				if err := copyTableLike(ctx, db, copyTable, t); err != nil {
+					return nil, err
+				}
+			}
+			baselines := func() error {
 				b, err := pageWalk(ctx, db, copyTable, lo, hi, consumers, 1, 100)
 				if err != nil {
 					return fmt.Errorf("baseline walk: %w", err)
 				}
 				base = max(base, b)
+				q, err := skipLockedDrain(ctx, db, queueTable, hi-lo, consumers, 100, false)
+				if err != nil {
+					return fmt.Errorf("baseline SKIP LOCKED queue: %w", err)
+				}
+				skip = max(skip, q)
+				q, err = skipLockedDrain(ctx, db, txTable, hi-lo, consumers, 100, true)
+				if err != nil {
+					return fmt.Errorf("baseline SKIP LOCKED queue, lock then DELETE: %w", err)
+				}
+				skipTx = max(skipTx, q)
 				return nil
 			}
 			if r%2 == 0 {
-				if err := walk(); err != nil {
+				if err := baselines(); err != nil {
 					return nil, err
 				}
 			}
@@ -79,25 +105,141 @@ func (drainScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 				return nil, err
 			}
 			if r%2 == 1 {
-				if err := walk(); err != nil {
+				if err := baselines(); err != nil {
 					return nil, err
 				}
 			}
-			env.Logf("drain %d consumer(s), round %d: pgq %.0f msg/s (%d reads, %d empty), plain walk best so far %.0f msg/s",
-				consumers, r+1, g, s.Reads, s.EmptyReads, base)
+			env.Logf("drain %d consumer(s), round %d: pgq %.0f msg/s (%d reads, %d empty); best so far: plain walk %.0f msg/s, "+
+				"SKIP LOCKED queue %.0f msg/s (lock then DELETE %.0f msg/s)", consumers, r+1, g, s.Reads, s.EmptyReads, base, skip, skipTx)
 			if g > got {
 				got, st = g, s
 			}
 			pubRate = max(pubRate, pr)
 		}
+		details := map[string]any{"messages": n, "rounds": rounds, "reads": st.Reads, "empty_reads": st.EmptyReads,
+			"publish_batch_1000_msg_per_s": pubRate}
+		note := fmt.Sprintf("best of %d rounds (fresh backlog each) for pgq and for each baseline", rounds)
 		r := throughputRow("drain", fmt.Sprintf("drain %s msgs, read+ack/100, %d consumer(s)", fmtNum(float64(n)), consumers),
 			"msg/s", got, base, "plain SELECT page walk", 0)
-		r.Details = map[string]any{"messages": n, "rounds": rounds, "reads": st.Reads, "empty_reads": st.EmptyReads,
-			"publish_batch_1000_msg_per_s": pubRate}
-		r.Note = fmt.Sprintf("best of %d rounds (fresh backlog each) for pgq and for the baseline", rounds)
-		out = append(out, r)
+		r.Details, r.Note = details, note
+		q := throughputRow("drain", fmt.Sprintf("drain %s msgs, read+ack/100, %d consumer(s), vs SKIP LOCKED", fmtNum(float64(n)), consumers),
+			"msg/s", got, skip, "SKIP LOCKED queue", 0.5)
+		q.Details, q.Note = details, note
+		env.SetSummary(map[int]string{1: sumDrain1c, 4: sumDrain4c}[consumers], q.Ratio)
+		tx := throughputRow("drain", fmt.Sprintf("drain %s msgs, read+ack/100, %d consumer(s), vs SKIP LOCKED lock+DELETE", fmtNum(float64(n)), consumers),
+			"msg/s", got, skipTx, "SKIP LOCKED queue, lock then DELETE", 0)
+		tx.Details, tx.Note = details, note
+		out = append(out, r, q, tx)
 	}
 	return out, nil
+}
+
+// The queue-drain baselines: the classic delete-queue (one statement per
+// page, as in the latency baseline) and the at-least-once form (lock the
+// page, DELETE it when done, one transaction).
+const (
+	skipLockedDelete = `DELETE FROM %s WHERE id IN
+  (SELECT id FROM %s ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING id, payload, headers, message_group, published_at`
+	skipLockedRead = `SELECT id, payload, headers, message_group, published_at FROM %s
+ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
+	skipLockedAck = `DELETE FROM %s WHERE id = ANY($1)`
+)
+
+// copyTableLike makes dst a copy of src (columns, primary key and rows),
+// vacuumed and analyzed.
+func copyTableLike(ctx context.Context, db *DB, src, dst string) error {
+	for _, sql := range []string{
+		`CREATE TABLE ` + dst + ` (LIKE ` + src + ` INCLUDING ALL)`,
+		`INSERT INTO ` + dst + ` SELECT * FROM ` + src,
+		`VACUUM ANALYZE ` + dst,
+	} {
+		if _, err := db.Pool.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
+	}
+	return nil
+}
+
+// skipLockedDrain empties table (n rows) with `consumers` SKIP LOCKED
+// consumers in pages of `page` and returns messages/s: skipLockedDelete per
+// page, or with lockThenDelete skipLockedRead + skipLockedAck in one
+// transaction per page.
+func skipLockedDrain(ctx context.Context, db *DB, table string, n int64, consumers, page int, lockThenDelete bool) (float64, error) {
+	read, ack := fmt.Sprintf(skipLockedRead, table), fmt.Sprintf(skipLockedAck, table)
+	if !lockThenDelete {
+		read, ack = fmt.Sprintf(skipLockedDelete, table, table), ""
+	}
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, consumers)
+	start := time.Now()
+	for c := 0; c < consumers; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var d client.Delivery
+			var group pgtype.Text
+			ids := make([]int64, 0, page)
+			scan := func(rows pgx.Rows) error {
+				ids = ids[:0]
+				for rows.Next() {
+					if err := rows.Scan(&d.ID, &d.Payload, &d.Headers, &group, &d.PublishedAt); err != nil {
+						rows.Close()
+						return err
+					}
+					ids = append(ids, d.ID)
+				}
+				return rows.Err()
+			}
+			for {
+				k, err := func() (int, error) {
+					if !lockThenDelete { // one autocommit statement
+						rows, err := db.Pool.Query(ctx, read, page)
+						if err != nil {
+							return 0, err
+						}
+						err = scan(rows)
+						return len(ids), err
+					}
+					tx, err := db.Pool.Begin(ctx)
+					if err != nil {
+						return 0, err
+					}
+					defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit: a no-op
+					rows, err := tx.Query(ctx, read, page)
+					if err != nil {
+						return 0, err
+					}
+					if err := scan(rows); err != nil || len(ids) == 0 {
+						return 0, err
+					}
+					if _, err := tx.Exec(ctx, ack, ids); err != nil {
+						return 0, err
+					}
+					return len(ids), tx.Commit(ctx)
+				}()
+				if err != nil {
+					errc <- err
+					return
+				}
+				if k == 0 {
+					return
+				}
+				total.Add(int64(k))
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	close(errc)
+	if err := <-errc; err != nil {
+		return 0, err
+	}
+	if total.Load() != n {
+		return 0, fmt.Errorf("SKIP LOCKED queue delivered %d rows, want %d", total.Load(), n)
+	}
+	return float64(n) / el.Seconds(), nil
 }
 
 // fillTopic creates topic with createOpts (", notify => false", ...; "-" =

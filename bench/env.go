@@ -28,6 +28,27 @@ type Env struct {
 	dbs []string
 	// baselines records each baseline's exact definition for the output.
 	baselines map[string]string
+	// summary collects the fixed figures of results.json "summary".
+	summary Summary
+	// pgqStatus says whether Skytools PgQ was measured (the table's header).
+	pgqStatus string
+}
+
+// SetSummary records one figure of results.json "summary" (key: one of
+// summaryKeys; NaN = not measured).
+func (e *Env) SetSummary(key string, v float64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.summary.Set(key, v); err != nil {
+		panic(err) // a typo in a scenario: the unit test catches it
+	}
+}
+
+// SetPgQStatus records what the header says about the PgQ baseline.
+func (e *Env) SetPgQStatus(s string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.pgqStatus = s
 }
 
 // DB is one benchmark database.

@@ -9,8 +9,8 @@ func init() { register(60, fanoutOffsetScenario{}) }
 
 // fanoutOffsetScenario: a pubsub topic in offset mode with 8 groups, each
 // draining the same backlog (pages of 100), with 1 and with 4 members per
-// group; deliveries/s vs 8 plain page walks of the same rows (docs/design.md §6:
-// ≥ 0.5). Needs fanout.subscribe; reports "skipped" without it.
+// group; deliveries/s vs 8 plain page walks of the same rows (issue 10:
+// ≥ 0.6; docs/design.md §6 asked ≥ 0.5). Needs fanout.subscribe; reports "skipped" without it.
 type fanoutOffsetScenario struct{}
 
 func (fanoutOffsetScenario) Name() string { return "fanout-offset" }
@@ -71,10 +71,14 @@ func (fanoutOffsetScenario) Run(ctx context.Context, env *Env) ([]Result, error)
 		env.Logf("fan-out %d groups x %d member(s): pgq %.0f deliveries/s, plain %.0f rows/s (%d reads, %d empty)",
 			fanoutGroups, members, got, base, st.Reads, st.EmptyReads)
 		r := throughputRow("fanout-offset",
-			fmt.Sprintf("offset fan-out %d groups x %s msgs, %d member(s)/group", fanoutGroups, fmtNum(float64(n)), members),
-			"deliv/s", got, base, "plain SELECT page walk x8", 0.5)
-		r.Details = map[string]any{"messages": n, "groups": fanoutGroups, "members_per_group": members,
+			fmt.Sprintf("offset fan-out %d groups x %s msgs, page 100, %d member(s)/group", fanoutGroups, fmtNum(float64(n)), members),
+			"deliv/s", got, base, "plain SELECT page walk x8", 0.6)
+		r.Details = map[string]any{"messages": n, "groups": fanoutGroups, "members_per_group": members, "page": 100,
 			"reads": st.Reads, "empty_reads": st.EmptyReads}
+		if members == 1 {
+			env.SetSummary(sumFanoutPagewalk, r.Ratio)
+			r.Note = "target ≥ 0.6 from issue 10 (docs/design.md §6 asked ≥ 0.5)"
+		}
 		out = append(out, r)
 	}
 	return out, nil

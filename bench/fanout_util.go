@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -231,4 +232,97 @@ func (p *steadyPublisher) Err() error {
 		return *e
 	}
 	return nil
+}
+
+// bloatBytesFn is the bench's own helper (created in a matrix database by
+// setupBloatBytes): pgstattuple over every ordinary table of the schemas
+// fanout (the catalog) and fanout_data (the topics' partitions and side
+// tables; a matrix database has one topic). A table dropped between the
+// catalog look-up and its scan (a partition dropped by maintenance) is
+// skipped.
+const bloatBytesFn = `CREATE FUNCTION bench_bloat_bytes(OUT rel text, OUT is_message boolean, OUT table_len bigint,
+    OUT dead_len bigint, OUT free_len bigint)
+RETURNS SETOF record LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    s record;
+BEGIN
+    FOR r IN SELECT c.oid, n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname IN ('fanout', 'fanout_data') AND c.relkind = 'r' ORDER BY 2, 3 LOOP
+        BEGIN
+            SELECT * INTO s FROM pgstattuple(r.oid);
+        EXCEPTION WHEN OTHERS THEN
+            CONTINUE;
+        END;
+        rel := format('%I.%I', r.nspname, r.relname);
+        is_message := r.nspname = 'fanout_data';
+        table_len := s.table_len;
+        dead_len := s.dead_tuple_len;
+        free_len := s.free_space;
+        RETURN NEXT;
+    END LOOP;
+END $$`
+
+// setupBloatBytes installs pgstattuple and bench_bloat_bytes in db; an
+// error means byte bloat cannot be measured on this server.
+func setupBloatBytes(ctx context.Context, pool *pgxpool.Pool) error {
+	for _, sql := range []string{`CREATE EXTENSION IF NOT EXISTS pgstattuple`, bloatBytesFn} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("%s: %w", strings.SplitN(sql, "(", 2)[0], err)
+		}
+	}
+	return nil
+}
+
+// bloatBytes is one pgstattuple sample: bytes of dead tuples and free space
+// over all bytes of the tables, for the message tables and the catalog.
+type bloatBytes struct {
+	Pct        float64             `json:"pct"`
+	MsgPct     float64             `json:"message_tables_pct"`
+	CatalogPct float64             `json:"catalog_pct"`
+	Total      int64               `json:"total_bytes"`
+	Dead       int64               `json:"dead_bytes"`
+	Free       int64               `json:"free_bytes"`
+	Tables     map[string][3]int64 `json:"tables,omitempty"` // rel -> [total, dead, free], tables > 0 bytes
+}
+
+func sampleBloatBytes(ctx context.Context, pool *pgxpool.Pool) (bloatBytes, error) {
+	var b bloatBytes
+	rows, err := pool.Query(ctx, `SELECT rel, is_message, table_len, dead_len, free_len FROM bench_bloat_bytes()`)
+	if err != nil {
+		return b, fmt.Errorf("bloat (bytes): %w", err)
+	}
+	defer rows.Close()
+	var msgAll, msgWaste, catAll, catWaste int64
+	b.Tables = map[string][3]int64{}
+	for rows.Next() {
+		var rel string
+		var isMsg bool
+		var total, dead, free int64
+		if err := rows.Scan(&rel, &isMsg, &total, &dead, &free); err != nil {
+			return b, err
+		}
+		if isMsg {
+			msgAll, msgWaste = msgAll+total, msgWaste+dead+free
+		} else {
+			catAll, catWaste = catAll+total, catWaste+dead+free
+		}
+		b.Total += total
+		b.Dead += dead
+		b.Free += free
+		if total > 0 {
+			b.Tables[rel] = [3]int64{total, dead, free}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return b, fmt.Errorf("bloat (bytes): %w", err)
+	}
+	pct := func(waste, all int64) float64 {
+		if all == 0 {
+			return 0
+		}
+		return 100 * float64(waste) / float64(all)
+	}
+	b.Pct, b.MsgPct, b.CatalogPct = pct(b.Dead+b.Free, b.Total), pct(msgWaste, msgAll), pct(catWaste, catAll)
+	return b, nil
 }

@@ -3,7 +3,8 @@
 // Every figure is a ratio to a baseline measured in the same run on the same
 // server: pgq's SQL API against the plain SQL a user would otherwise write
 // (INSERT into an equivalent table, a keyset SELECT page walk, a
-// LISTEN/NOTIFY + SKIP LOCKED queue). It creates its own databases on the
+// LISTEN/NOTIFY + SKIP LOCKED queue) and against Skytools PgQ (pgq.go).
+// results.json carries a fixed "summary" (summary.go). It creates its own databases on the
 // server of DATABASE_URL (one per scenario, migrated with the embedded
 // migrations), drops them at the end, prints one table on stdout, and
 // writes bench/results.json and bench/results.svg.
@@ -96,6 +97,11 @@ func run() int {
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	rep.Machine["loadavg_end"] = loadAvg()
 	rep.Baselines = env.baselines
+	rep.Summary = env.summary
+	rep.PgQ = env.pgqStatus
+	if rep.PgQ == "" {
+		rep.PgQ = "not run (scenario pgq not selected)"
+	}
 
 	printTable(os.Stdout, rep)
 	status := 0

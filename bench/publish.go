@@ -95,6 +95,9 @@ func (publishScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		if clients == 4 {
+			env.SetSummary(sumPublish4c, ratio(r["fanout.publish"], r["plain INSERT"]))
+		}
 		out = append(out,
 			throughputRow("publish", fmt.Sprintf("publish 1 msg/txn, %d client(s)", clients), "msg/s",
 				r["fanout.publish"], r["plain INSERT"], "plain INSERT", 0.80),

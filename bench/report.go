@@ -15,12 +15,16 @@ import (
 
 // Report is everything a run produced; results.json is this, indented.
 type Report struct {
-	Started   time.Time         `json:"started_at"`
-	Seconds   float64           `json:"duration_s"`
-	Quick     bool              `json:"quick"`
-	Git       string            `json:"git,omitempty"`
-	Machine   map[string]any    `json:"machine"`
-	Server    ServerInfo        `json:"server"`
+	Started time.Time      `json:"started_at"`
+	Seconds float64        `json:"duration_s"`
+	Quick   bool           `json:"quick"`
+	Git     string         `json:"git,omitempty"`
+	Machine map[string]any `json:"machine"`
+	Server  ServerInfo     `json:"server"`
+	// Summary is the fixed set of figures to compare across runs.
+	Summary Summary `json:"summary"`
+	// PgQ says whether the Skytools PgQ baseline was measured, and which.
+	PgQ       string            `json:"pgq_baseline"`
 	Baselines map[string]string `json:"baselines"`
 	Results   []Result          `json:"results"`
 	Errors    []ScenarioError   `json:"errors,omitempty"`
@@ -122,6 +126,7 @@ func printTable(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "server settings: %s\n", strings.Join(kv, " "))
 	fmt.Fprintf(w, "machine load average (1/5/15 min): %v at start, %v at end (other work on the machine skews absolute numbers)\n",
 		rep.Machine["loadavg_start"], rep.Machine["loadavg_end"])
+	fmt.Fprintf(w, "PgQ baseline: %s\n", rep.PgQ)
 	fmt.Fprintf(w, "Every ratio is pgq / a baseline measured in the same run (latency rows: p99 / baseline p99).\n")
 	fmt.Fprintf(w, "Client: pgx v5 pool, every statement prepared once per connection (statement cache); consumers use ./client.\n\n")
 
@@ -151,6 +156,7 @@ func printTable(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "; %d scenario(s) broke", len(rep.Errors))
 	}
 	fmt.Fprintln(w)
+	printSummary(w, &rep.Summary)
 
 	var names []string
 	for n := range rep.Baselines {

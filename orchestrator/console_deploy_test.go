@@ -17,7 +17,7 @@ func knownSeries(t *testing.T) map[string]bool {
 	ch := make(chan *prometheus.Desc, 256)
 	m := newMetrics(prometheus.NewRegistry(), func() bool { return false })
 	for _, c := range []prometheus.Collector{m.runs, m.errors, m.duration, m.rows, m.calls, m.limited,
-		m.lastSuccess, m.leader, m.bfRate, m.bfP95, newStatsCollector(nil, "", nil)} {
+		m.lastSuccess, m.leader, m.bfRate, m.bfP95, m.gapAlerts, newStatsCollector(nil, "", nil)} {
 		c.Describe(ch)
 	}
 	close(ch)

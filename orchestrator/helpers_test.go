@@ -37,7 +37,9 @@ func setup(t *testing.T) *bundle {
 }
 
 func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	// A safety net against hangs, not a timing assertion: generous enough
+	// for a loaded machine and a durable server.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -206,3 +206,25 @@ func TestJobPanicIsRecovered(t *testing.T) {
 	_, err = s.RunJob(b.ctx, "nope")
 	require.EqualError(t, err, `no job "nope"`)
 }
+
+// A sequence gap older than gap_alert_after is reported once by its job and
+// counted in pgq_sequence_gap_alerts_total.
+func TestSchedulerSequenceGapAlerts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `SELECT fanout.create_topic('ledger', sequence_ordering => true, gap_alert_after => '1 minute')`)
+	b.exec(t, `SELECT fanout.publish('ledger', '{}', message_group => 'acct-7', sequence => 2)`)
+	require.EqualValues(t, 0, b.int(t, `SELECT count(*) FROM fanout.read('ledger')`), "2 waits for 1")
+	clk := newFakeClock(b.dbNow(t).Add(2 * time.Minute))
+	s := b.scheduler(t, SchedulerConfig{Clock: clk})
+	_, err := s.RunJob(b.ctx, discoverJobName)
+	require.NoError(t, err)
+	res, err := s.RunJob(b.ctx, SequenceGapAlertsFunc)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.Rows)
+	res, err = s.RunJob(b.ctx, SequenceGapAlertsFunc)
+	require.NoError(t, err)
+	require.EqualValues(t, 0, res.Rows, "once per gap")
+	require.EqualValues(t, 1, testutil.ToFloat64(s.metrics.gapAlerts))
+	require.EqualValues(t, 1, b.int(t, `SELECT count(*) FROM fanout.event_log WHERE kind = 'sequence_gap'`))
+}

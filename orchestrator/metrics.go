@@ -20,7 +20,12 @@ type metrics struct {
 	leader      prometheus.GaugeFunc
 	bfRate      *prometheus.GaugeVec
 	bfP95       *prometheus.GaugeVec
+	gapAlerts   prometheus.Counter
 }
+
+// SequenceGapAlertsFunc is the maintenance function whose result counts the
+// sequence gaps it reported (one fanout.event_log row each).
+const SequenceGapAlertsFunc = "fanout._sequence_gap_alerts"
 
 func newMetrics(reg prometheus.Registerer, isLeader func() bool) *metrics {
 	job := []string{"job"}
@@ -62,8 +67,13 @@ func newMetrics(reg prometheus.Registerer, isLeader func() bool) *metrics {
 		bfP95: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pgq_scheduler_backfill_step_p95_seconds", Help: "p95 step latency of each backfill job over its recent steps.",
 		}, job),
+		gapAlerts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pgq_sequence_gap_alerts_total",
+			Help: "Sequence gaps older than their topic's gap_alert_after, reported by " + SequenceGapAlertsFunc + " (one event_log row each).",
+		}),
 	}
-	reg.MustRegister(m.runs, m.errors, m.duration, m.rows, m.calls, m.limited, m.lastSuccess, m.leader, m.bfRate, m.bfP95)
+	reg.MustRegister(m.runs, m.errors, m.duration, m.rows, m.calls, m.limited, m.lastSuccess, m.leader, m.bfRate, m.bfP95,
+		m.gapAlerts)
 	return m
 }
 

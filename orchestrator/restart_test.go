@@ -55,9 +55,11 @@ func devdb(t *testing.T, args ...string) string {
 // the scheduler is re-elected and its jobs run again. No crash, no restart.
 func TestDatabaseRestart(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	// The cluster first: initdb and a durable start can take minutes on a
+	// loaded machine, and must not eat the test's context.
 	url := devdb(t, "start", restartCluster, restartPort())
 	t.Cleanup(func() { devdb(t, "stop", restartCluster) })
+	ctx := testContext(t)
 	_, err := MigrateURL(ctx, url)
 	require.NoError(t, err)
 	cfg, err := pgxpool.ParseConfig(url)

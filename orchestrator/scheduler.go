@@ -444,6 +444,9 @@ func (s *Scheduler) record(e *entry, log *slog.Logger, res Result, err error, d 
 	s.metrics.duration.WithLabelValues(name).Observe(d.Seconds())
 	s.metrics.rows.WithLabelValues(name).Add(float64(max(res.Rows, 0)))
 	s.metrics.calls.WithLabelValues(name).Add(float64(res.Calls))
+	if name == SequenceGapAlertsFunc {
+		s.metrics.gapAlerts.Add(float64(max(res.Rows, 0)))
+	}
 	if res.Limited {
 		s.metrics.limited.WithLabelValues(name).Inc()
 	}

@@ -10,6 +10,7 @@
 #   pgbouncer  Debian pgbouncer
 #   psycopg    Debian python3-psycopg (psycopg 3) for /usr/bin/python3
 #   node       Node.js + npm, and examples/node/node_modules from the lockfile
+#   pgq3       Debian postgresql-<major>-pgq3 (Skytools PgQ, make bench's baseline)
 #
 # Nothing is skipped quietly: a component that cannot be installed makes the
 # calling test fail with a message that says what to run.
@@ -31,6 +32,7 @@ pkg_of() {
     pgbouncer) echo pgbouncer ;;
     psycopg) echo python3-psycopg ;;
     node) echo "nodejs npm" ;;
+    pgq3) echo "postgresql-$(pg_major)-pgq3" ;;
   esac
 }
 
@@ -41,6 +43,7 @@ present() {
     psycopg) /usr/bin/python3 -c 'import psycopg' >/dev/null 2>&1 ;;
     node) command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 \
             && [ -d "$here/examples/node/node_modules/pg" ] ;;
+    pgq3) [ -f "/usr/share/postgresql/$(pg_major)/extension/pgq.control" ] ;;
     *) log "unknown component $1"; return 2 ;;
   esac
 }
@@ -49,11 +52,11 @@ apt_updated=""
 apt_install() {
   if [ -z "$apt_updated" ]; then
     log "apt-get update"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || return 1
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 update -qq >&2 || return 1
     apt_updated=1
   fi
   log "apt-get install -y $*"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 install -y -qq "$@" >&2
 }
 
 explain() {
@@ -61,8 +64,8 @@ explain() {
 
 ################################################################################
 deps: $1 is missing and could not be installed here$([ "$(id -u)" = 0 ] || echo " (not root)").
-  Install it, then run make test again:
-    sudo make deps                       # everything make test needs (Debian/Ubuntu)
+  Install it, then run make $([ "$1" = pgq3 ] && echo bench || echo test) again:
+$([ "$1" = pgq3 ] || echo "    sudo make deps                       # everything make test needs (Debian/Ubuntu)")
     sudo apt-get install -y $(pkg_of "$1")
 MSG
   [ "$1" = node ] && echo "    cd examples/node && npm ci           # the pg package, from the lockfile" >&2
@@ -95,5 +98,5 @@ case "$cmd" in
     rc=0
     for c in "$@"; do ensure "$c" || rc=1; done
     exit $rc ;;
-  *) echo "usage: $0 check|ensure pg_cron|pgbouncer|psycopg|node..." >&2; exit 2 ;;
+  *) echo "usage: $0 check|ensure pg_cron|pgbouncer|psycopg|node|pgq3..." >&2; exit 2 ;;
 esac

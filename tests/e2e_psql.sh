@@ -85,10 +85,41 @@ check "replay it by id" \
   "SELECT fanout.replay('payments.inbox', NULL, ARRAY(SELECT message_id FROM fanout.dedupe WHERE dedupe_key = 'evt-8f2c')) = 1"
 check "replayed payment readable" "SELECT count(*) = 1 FROM fanout.read('payments.inbox', consumer => 'w1')"
 
+# Inbox, priority: the higher priority first.
+check "create jobs topic" "SELECT fanout.create_topic('jobs') > 0"
+check "publish priority 0 then 9" \
+  "SELECT fanout.publish('jobs', '{\"k\":\"report\"}') < fanout.publish('jobs', '{\"k\":\"password-reset\"}', priority => 9)"
+check "read hands out priority 9 first" \
+  "SELECT payload = '{\"k\":\"password-reset\"}' FROM fanout.read('jobs', consumer => 'w1', max_messages => 1)"
+
+# Inbox, ordered processing: sequences per aggregate, a gap, its release.
+ack_last="SELECT fanout.ack((SELECT max(lease_id) FROM fanout.lease)) = 1"
+check "create ledger topic" \
+  "SELECT fanout.create_topic('ledger.inbox', sequence_ordering => true, gap_alert_after => '5 minutes') > 0"
+check "publish sequences 2, 1, 4" \
+  "SELECT fanout.publish('ledger.inbox', '{\"op\":\"credit\"}', message_group => 'account-7', sequence => 2)
+        < fanout.publish('ledger.inbox', '{\"op\":\"open\"}', message_group => 'account-7', sequence => 1)
+     AND fanout.publish('ledger.inbox', '{\"op\":\"close\"}', message_group => 'account-7', sequence => 4) > 0"
+check "read hands out sequence 1 only" \
+  "SELECT array_agg(payload->>'op') = '{open}' FROM fanout.read('ledger.inbox', consumer => 'w1')"
+check "ack it" "$ack_last"
+check "then sequence 2" "SELECT array_agg(payload->>'op') = '{credit}' FROM fanout.read('ledger.inbox', consumer => 'w1')"
+check "ack it" "$ack_last"
+check "3 is missing" "SELECT count(*) = 0 FROM fanout.read('ledger.inbox', consumer => 'w1')"
+check "sequence_gaps shows it with its waiter" \
+  "SELECT (missing_from, missing_to, waiting_messages) = (3, 3, 1) FROM fanout.sequence_gaps
+     WHERE topic = 'ledger.inbox' AND message_group = 'account-7'"
+check "publish the missing one" \
+  "SELECT fanout.publish('ledger.inbox', '{\"op\":\"debit\"}', message_group => 'account-7', sequence => 3) > 0"
+check "then sequence 3" "SELECT array_agg(payload->>'op') = '{debit}' FROM fanout.read('ledger.inbox', consumer => 'w1')"
+check "ack it" "$ack_last"
+check "then sequence 4" "SELECT array_agg(payload->>'op') = '{close}' FROM fanout.read('ledger.inbox', consumer => 'w1')"
+check "no gap left" "SELECT count(*) = 0 FROM fanout.sequence_gaps"
+
 # Errors carry documented SQLSTATEs.
 check "unknown topic is PGQ01" \
   "DO \$\$ BEGIN PERFORM fanout.publish('nope', '{}'); EXCEPTION WHEN SQLSTATE 'PGQ01' THEN RAISE NOTICE 'ok'; END \$\$; SELECT true"
 check "maintenance round runs" "SELECT fanout.run_maintenance() >= 0"
-check "topics view" "SELECT count(*) = 4 FROM fanout.topics"
+check "topics view" "SELECT count(*) = 6 FROM fanout.topics"
 
 if [ $fail = 0 ]; then echo "e2e_psql: all checks passed"; else echo "e2e_psql: FAILED"; exit 1; fi

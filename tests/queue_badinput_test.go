@@ -260,6 +260,6 @@ func TestQueueBadInput(t *testing.T) {
 		fails(t, "22P02", "SELECT * FROM fanout.read($1, max_messages => 'ten')", topic)
 		fails(t, "22P02", "SELECT fanout.ack('one')")
 		fails(t, "22007", "SELECT * FROM fanout.read($1, lease => 'forever')", topic)
-		fails(t, "42883", "SELECT fanout.publish($1, '{}'::jsonb, '{}'::jsonb, 'g', true, 'k', now(), '1 s', 'extra')", topic)
+		fails(t, "42883", "SELECT fanout.publish($1, '{}'::jsonb, '{}'::jsonb, 'g', true, 'k', now(), '1 s', 1, 2, 'extra')", topic)
 	})
 }

@@ -10,8 +10,8 @@ REVOKE ALL ON ALL SEQUENCES IN SCHEMA fanout_data FROM PUBLIC;
 GRANT fanout_producer, fanout_consumer TO fanout_admin;
 
 GRANT EXECUTE ON FUNCTION
-    fanout.publish(text, jsonb, jsonb, text, boolean, text, timestamptz, interval),
-    fanout.publish_batch(text, jsonb[], jsonb[], text[], boolean, text[], timestamptz, interval),
+    fanout.publish(text, jsonb, jsonb, text, boolean, text, timestamptz, interval, int, bigint),
+    fanout.publish_batch(text, jsonb[], jsonb[], text[], boolean, text[], timestamptz, interval, int, bigint[]),
     fanout.channel_name(bigint)
 TO fanout_producer;
 
@@ -26,8 +26,9 @@ GRANT EXECUTE ON FUNCTION
 TO fanout_consumer;
 
 GRANT EXECUTE ON FUNCTION
-    fanout.create_topic(text, text, text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval),
-    fanout.alter_topic(text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval),
+    fanout.create_topic(text, text, text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval,
+                        boolean, interval),
+    fanout.alter_topic(text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval, interval),
     fanout.drop_topic(text, boolean),
     fanout.replay_dead_letters(text, text, bigint[]),
     fanout.purge_dead_letters(text, text, interval),
@@ -51,6 +52,7 @@ GRANT EXECUTE ON FUNCTION
     fanout.check_consistency(),
     fanout._detect_dead_groups(timestamptz),
     fanout._cleanup_groups(timestamptz),
+    fanout._sequence_gap_alerts(timestamptz),
     fanout._bitmap_step(timestamptz, bigint),
     fanout._refresh_topic_state(timestamptz),
     fanout.cancel_backfill(text, text),
@@ -74,9 +76,11 @@ GRANT EXECUTE ON FUNCTION
     fanout._topic_view(bigint),
     fanout._scheduled_count(bigint)
 TO fanout_admin, fanout_producer, fanout_consumer;
+GRANT EXECUTE ON FUNCTION fanout._sequence_gap_rows() TO fanout_admin, fanout_consumer;
 GRANT EXECUTE ON FUNCTION fanout._group_view(bigint) TO fanout_admin, fanout_consumer;
 
 GRANT SELECT ON fanout.topics TO fanout_admin, fanout_producer, fanout_consumer;
 GRANT SELECT ON fanout.dead_letters TO fanout_admin, fanout_consumer;
 GRANT SELECT ON fanout.groups TO fanout_admin, fanout_consumer;
+GRANT SELECT ON fanout.sequence_gaps TO fanout_admin, fanout_consumer;
 GRANT SELECT ON fanout.topic_grants TO fanout_admin, fanout_producer, fanout_consumer;

@@ -57,5 +57,12 @@ BEGIN
         RAISE EXCEPTION 'dedupe_window must be an interval from 0 to 30 days, got %',
             coalesce(p_t.dedupe_window::text, 'NULL') USING ERRCODE = 'PGQ03';
     END IF;
+    IF p_t.sequence_ordering IS NULL THEN
+        RAISE EXCEPTION 'sequence_ordering must not be NULL' USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.gap_alert_after IS NULL OR p_t.gap_alert_after < interval '0' OR p_t.gap_alert_after > interval '30 days' THEN
+        RAISE EXCEPTION 'gap_alert_after must be an interval from 0 to 30 days, got %',
+            coalesce(p_t.gap_alert_after::text, 'NULL') USING ERRCODE = 'PGQ03';
+    END IF;
 END
 $fn$;

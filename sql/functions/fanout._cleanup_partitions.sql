@@ -22,7 +22,7 @@
 -- Bounded: at most 10 partitions per call. Returns how many were emptied;
 -- call again while it returns > 0. Takes its own advisory lock.
 -- Tables: fanout.partition, fanout.consumer_group, fanout.lease,
--- fanout.retry, fanout.topic, fanout.event_log, fanout_data.*.
+-- fanout.retry, fanout.seq_wait, fanout.topic, fanout.event_log, fanout_data.*.
 CREATE OR REPLACE FUNCTION fanout._cleanup_partitions(p_now timestamptz DEFAULT now())
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
@@ -103,12 +103,16 @@ BEGIN
                     v_lost := (SELECT u.messages FROM fanout._group_unread(g.group_id, NULL, v_p.relname) u)
                         + (SELECT count(*) FROM fanout.retry r
                            WHERE r.group_id = g.group_id AND r.message_id >= v_p.lo_id AND r.message_id < v_p.hi_id)
+                        + (SELECT count(*) FROM fanout.seq_wait w
+                           WHERE w.group_id = g.group_id AND w.message_id >= v_p.lo_id AND w.message_id < v_p.hi_id)
                         + (SELECT count(*) FROM fanout.lease l, unnest(l.msg_ids) AS x
                            WHERE l.group_id = g.group_id AND l.open_count > 0
                              AND x >= v_p.lo_id AND x < v_p.hi_id
                              AND x <> ALL (l.settled) AND x <> ALL (l.reclaimed));
                     DELETE FROM fanout.retry r
                     WHERE r.group_id = g.group_id AND r.message_id >= v_p.lo_id AND r.message_id < v_p.hi_id;
+                    DELETE FROM fanout.seq_wait w
+                    WHERE w.group_id = g.group_id AND w.message_id >= v_p.lo_id AND w.message_id < v_p.hi_id;
                     PERFORM fanout._lease_settle(lost.lease_id, lost.ids, true, false)
                     FROM (SELECT l2.lease_id, array_agg(x) AS ids
                           FROM fanout.lease l2, unnest(l2.msg_ids) AS x

@@ -3,8 +3,9 @@
 -- m<id>_insert(payload, headers, message_group) RETURNS bigint and
 -- m<id>_insert_batch(payloads[], headers[], message_groups[]) RETURNS SETOF
 -- bigint (ids ascending, i.e. in input order), and
--- m<id>_insert_one(id, payload, headers, message_group, deliver_at) for
--- publishes with a dedupe key or a delivery time (id NULL = the next one).
+-- m<id>_insert_one(id, payload, headers, message_group, deliver_at, priority,
+-- seq) for publishes with a dedupe key, a delivery time, a priority or a
+-- sequence (id NULL = the next one).
 -- Their INSERTs are static SQL,
 -- so each session plans them once: planning an INSERT into a partitioned
 -- table on every publish (dynamic SQL) cost more than the insert itself.
@@ -53,7 +54,8 @@ BEGIN
         $body$$ddl$, v_table || '_insert_batch', v_table);
     EXECUTE format($ddl$
         CREATE OR REPLACE FUNCTION fanout_data.%1$I(p_id bigint, p_payload jsonb, p_headers jsonb,
-                                                   p_message_group text, p_deliver_at timestamptz)
+                                                   p_message_group text, p_deliver_at timestamptz,
+                                                   p_priority smallint, p_seq bigint)
         RETURNS bigint
         LANGUAGE plpgsql
         SET search_path = pg_catalog, fanout, pg_temp
@@ -61,14 +63,15 @@ BEGIN
         DECLARE
             v_id bigint;
         BEGIN
-            INSERT INTO fanout_data.%2$I (id, headers, message_group, payload, deliver_at)
-            VALUES (coalesce(p_id, nextval(%3$L::regclass)), p_headers, p_message_group, p_payload, p_deliver_at)
+            INSERT INTO fanout_data.%2$I (id, headers, message_group, payload, deliver_at, priority, seq)
+            VALUES (coalesce(p_id, nextval(%3$L::regclass)), p_headers, p_message_group, p_payload, p_deliver_at,
+                    p_priority, p_seq)
             RETURNING id INTO v_id;
             RETURN v_id;
         END
         $body$$ddl$, v_table || '_insert_one', v_table, 'fanout_data.' || quote_ident(v_seq));
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(jsonb, jsonb, text) FROM PUBLIC', v_table || '_insert');
-    EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(bigint, jsonb, jsonb, text, timestamptz) FROM PUBLIC',
+    EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(bigint, jsonb, jsonb, text, timestamptz, smallint, bigint) FROM PUBLIC',
                    v_table || '_insert_one');
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(jsonb[], jsonb[], text[]) FROM PUBLIC',
                    v_table || '_insert_batch');

@@ -3,7 +3,7 @@
 -- that dead letters outlive partition drops; in reference mode a dead letter
 -- counts as done for the group (its completed bit is set). Returns how many
 -- were written.
--- Tables: fanout.dead_letter, fanout_data.m<topic_id>.
+-- Tables: fanout.dead_letter, fanout.seq_done, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout._dead_letter(
     p_group_id bigint, p_table text, p_ids bigint[], p_txids xid8[], p_attempts int[], p_error text)
 RETURNS int
@@ -25,6 +25,7 @@ BEGIN
         USING p_group_id, p_ids, p_txids, p_attempts, p_error;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     PERFORM fanout._complete_bits(p_group_id, p_ids, p_txids, false);
+    PERFORM fanout._sequence_settled(p_group_id, p_ids);  -- a dead letter does not block its successors
     RETURN v_n;
 END
 $fn$;

@@ -1,8 +1,9 @@
 -- fanout._release_holds(p_group_id): gives up everything a group holds: its
 -- open leases are closed (their unsettled messages count as taken away, so a
--- stale holder's ack raises PGQ11) and its pending retries are deleted.
+-- stale holder's ack raises PGQ11) and its pending retries and sequence
+-- waiters are deleted (sequence-ordered topics keep each aggregate's next_seq).
 -- Returns how many messages were released.
--- Tables: fanout.lease, fanout.retry.
+-- Tables: fanout.lease, fanout.retry, fanout.seq_wait, fanout.seq_done, fanout.seq_state.
 CREATE OR REPLACE FUNCTION fanout._release_holds(p_group_id bigint)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -22,6 +23,13 @@ BEGIN
           FOR UPDATE) o;
     DELETE FROM fanout.retry r WHERE r.group_id = p_group_id;
     GET DIAGNOSTICS v_retry = ROW_COUNT;
+    v_leases := v_leases + v_retry;
+    -- Sequence-ordered topics: nothing is handed out or waiting any more;
+    -- every aggregate keeps its next_seq (what was acked stays acked).
+    DELETE FROM fanout.seq_wait w WHERE w.group_id = p_group_id;
+    GET DIAGNOSTICS v_retry = ROW_COUNT;
+    DELETE FROM fanout.seq_done d WHERE d.group_id = p_group_id;
+    UPDATE fanout.seq_state s SET msg_id = NULL WHERE s.group_id = p_group_id AND s.msg_id IS NOT NULL;
     RETURN v_leases + v_retry;
 END
 $fn$;

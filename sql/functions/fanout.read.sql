@@ -3,7 +3,9 @@
 --   1. un-acked messages of the group's expired leases (their attempt grows;
 --      the old lease can no longer ack them: fencing),
 --   2. nacked messages whose retry time has come,
---   3. the next page of the group's stream (fanout._window_page), which
+--   3. the next page of the group's stream (fanout._window_page, or
+--      fanout._window_page_priority once the topic has priorities; on a
+--      sequence-ordered topic filtered by fanout._sequence_gate), which
 --      also stops before max_bytes (payload + headers + message_group of
 --      the page's messages, uncompressed; default 16 MiB): the first message
 --      of a page always comes, so no message can make a page impossible.
@@ -151,6 +153,11 @@ BEGIN
         PERFORM fanout._lease_settle(r.lease_id, v_take.all_ids, true, true, v_now);
     END LOOP;
 
+    -- Sequence-ordered topics: acks since the last read release waiters.
+    IF v_t.sequence_ordering THEN
+        PERFORM fanout._sequence_advance(v_g.group_id, v_now);
+    END IF;
+
     -- 2. Due retries.
     IF v_left > 0 THEN
         WITH due AS (
@@ -177,14 +184,24 @@ BEGIN
     IF v_left > 0 THEN
         -- The byte budget is the stream page's (redeliveries above are
         -- bounded by count); its first message always comes.
-        SELECT * INTO v_w FROM fanout._window_page(v_g.group_id, v_t.topic_id, v_t.data_table, v_left,
-                                                   p_max_bytes);
+        IF v_t.prioritized THEN
+            SELECT * INTO v_w FROM fanout._window_page_priority(v_g.group_id, v_t.topic_id, v_t.data_table,
+                                                                v_left, p_max_bytes);
+        ELSE
+            SELECT * INTO v_w FROM fanout._window_page(v_g.group_id, v_t.topic_id, v_t.data_table, v_left,
+                                                       p_max_bytes);
+        END IF;
         IF v_w.o_changed THEN
             v_moved := true;
             v_g.win_lo := v_w.o_lo;
             v_g.win_hi := v_w.o_hi;
             v_g.cur_txid := v_w.o_cur_txid;
             v_g.cur_id := v_w.o_cur_id;
+        END IF;
+        IF v_t.sequence_ordering AND cardinality(v_w.o_ids) > 0 THEN
+            SELECT * INTO v_w FROM fanout._sequence_gate(v_g.group_id, v_t.data_table, v_w.o_ids, v_w.o_txids,
+                                                         v_w.o_payloads, v_w.o_headers, v_w.o_groups,
+                                                         v_w.o_published);
         END IF;
         IF cardinality(v_w.o_ids) > 0 THEN
             v_ids := v_ids || v_w.o_ids;

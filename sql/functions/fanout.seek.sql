@@ -37,6 +37,7 @@ BEGIN
     PERFORM fanout._release_holds(v_g.group_id);
     UPDATE fanout.consumer_group g
     SET win_lo = v_s.o_lo, win_hi = v_s.o_hi, cur_txid = '0', cur_id = 0,
+        prio_level = NULL, prio_txid = NULL, prio_id = NULL,
         effective_start_id = v_s.o_start_id, start_position = fanout._normalize_option('start_position', $3)
     WHERE g.group_id = v_g.group_id;
     IF v_g.bit_no IS NOT NULL AND fanout._normalize_option('start_position', $3) <> 'latest' THEN

@@ -44,7 +44,13 @@ CREATE TABLE fanout.topic (
     seq_name                            text NOT NULL,
     dropped_unread                      bigint NOT NULL DEFAULT 0,
     created_at                          timestamptz NOT NULL DEFAULT now(),
-    dedupe_window                       interval NOT NULL DEFAULT '24 hours'
+    dedupe_window                       interval NOT NULL DEFAULT '24 hours',
+    -- Set by the first publish with a priority: reads then order each
+    -- snapshot window by priority (fanout._window_page_priority).
+    prioritized                         boolean NOT NULL DEFAULT false,
+    -- Per-aggregate sequence ordering (fixed at creation; see fanout.seq_state).
+    sequence_ordering                   boolean NOT NULL DEFAULT false,
+    gap_alert_after                     interval NOT NULL DEFAULT '5 minutes'
 );
 
 -- A consumer group. A queue topic has exactly one, implicit, with group_name
@@ -79,6 +85,14 @@ CREATE TABLE fanout.consumer_group (
     -- message whose transaction it does not see is one the group must get
     -- (fanout._reconcile_stamps).
     join_snap           pg_snapshot NOT NULL DEFAULT '1:1:',
+    -- Priority topics: the window (win_lo, win_hi) is read by priority level,
+    -- highest first, each level in (txid, id) order from (prio_txid, prio_id);
+    -- NULL when the window is read in commit order. While a window is read
+    -- by priority, (cur_txid, cur_id) stays where the window began, so every
+    -- check of "unread" stays conservative (fanout._window_page_priority).
+    prio_level          smallint,
+    prio_txid           xid8,
+    prio_id             bigint,
     UNIQUE NULLS NOT DISTINCT (topic_id, group_name),
     UNIQUE (topic_id, bit_no)
 ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
@@ -152,6 +166,59 @@ CREATE TABLE fanout.dedupe (
     PRIMARY KEY (topic_id, dedupe_key)
 );
 CREATE INDEX dedupe_created_idx ON fanout.dedupe (created_at);
+
+-- Sequence-ordered topics: each (aggregate, sequence) published, so that a
+-- repeated one returns the first message's id and inserts nothing. Rows go
+-- after the topic's max_retention (fanout._cleanup_bookkeeping).
+CREATE TABLE fanout.seq_published (
+    topic_id      bigint NOT NULL REFERENCES fanout.topic ON DELETE CASCADE,
+    message_group text NOT NULL,
+    seq           bigint NOT NULL,
+    message_id    bigint NOT NULL,
+    created_at    timestamptz NOT NULL,
+    PRIMARY KEY (topic_id, message_group, seq)
+);
+CREATE INDEX seq_published_created_idx ON fanout.seq_published (created_at);
+
+-- Per (group, aggregate): every sequence below next_seq was acked or
+-- dead-lettered by the group; msg_id is the message with sequence next_seq
+-- once it has been handed out (under lease, or waiting for a retry), else
+-- NULL. Written only by fanout.read (under the group's row lock).
+-- alerted_to: gaps up to this sequence were reported (fanout._sequence_gap_alerts).
+CREATE TABLE fanout.seq_state (
+    group_id      bigint NOT NULL REFERENCES fanout.consumer_group ON DELETE CASCADE,
+    message_group text NOT NULL,
+    next_seq      bigint NOT NULL DEFAULT 1,
+    msg_id        bigint,
+    alerted_to    bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (group_id, message_group)
+);
+CREATE INDEX seq_state_msg_idx ON fanout.seq_state (group_id, msg_id) WHERE msg_id IS NOT NULL;
+
+-- Per group: messages of a sequence-ordered topic that came before their
+-- turn (a lower sequence not yet acked or dead-lettered). Released into
+-- fanout.retry when their predecessor is done. fanout.sequence_gaps reads
+-- only this table and fanout.seq_state: O(waiting messages).
+CREATE TABLE fanout.seq_wait (
+    group_id      bigint NOT NULL REFERENCES fanout.consumer_group ON DELETE CASCADE,
+    message_group text NOT NULL,
+    seq           bigint NOT NULL,
+    message_id    bigint NOT NULL,
+    txid          xid8 NOT NULL,
+    parked_at     timestamptz NOT NULL,
+    PRIMARY KEY (group_id, message_group, seq)
+);
+CREATE INDEX seq_wait_msg_idx ON fanout.seq_wait (group_id, message_id);
+
+-- Per group: handed-out messages of a sequence-ordered topic that were acked
+-- or dead-lettered since the group's last read. ack only inserts here (no
+-- lock on shared rows inside business transactions); the next read advances
+-- fanout.seq_state and releases the waiters.
+CREATE TABLE fanout.seq_done (
+    group_id      bigint NOT NULL REFERENCES fanout.consumer_group ON DELETE CASCADE,
+    message_id    bigint NOT NULL
+);
+CREATE INDEX seq_done_group_idx ON fanout.seq_done (group_id);
 
 -- Partitions of each topic's message table: id ranges, opened by rotation.
 -- txid_bound is set when the partition is closed: every row in it has a txid

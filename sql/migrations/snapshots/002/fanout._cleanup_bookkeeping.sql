@@ -4,7 +4,8 @@
 -- their topic's dedupe_window.
 -- Bounded: at most 10,000 rows of each per call. Returns how many rows were
 -- deleted; call again while it returns > 0. Takes its own advisory lock.
--- Tables: fanout.lease, fanout.member, fanout.event_log, fanout.dedupe.
+-- Tables: fanout.lease, fanout.member, fanout.event_log, fanout.dedupe,
+-- fanout.seq_published.
 CREATE OR REPLACE FUNCTION fanout._cleanup_bookkeeping(p_now timestamptz DEFAULT now())
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
@@ -39,6 +40,14 @@ BEGIN
     WHERE (d.topic_id, d.dedupe_key) IN (
         SELECT o.topic_id, o.dedupe_key FROM fanout.dedupe o JOIN fanout.topic t ON t.topic_id = o.topic_id
         WHERE o.created_at < p_now - t.dedupe_window LIMIT 10000);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_done := v_done + v_n;
+    -- Published (aggregate, sequence) pairs past their topic's max_retention.
+    DELETE FROM fanout.seq_published d
+    WHERE (d.topic_id, d.message_group, d.seq) IN (
+        SELECT o.topic_id, o.message_group, o.seq FROM fanout.seq_published o
+        JOIN fanout.topic t ON t.topic_id = o.topic_id
+        WHERE p_now - o.created_at > t.max_retention LIMIT 10000);
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_done + v_n;
 END

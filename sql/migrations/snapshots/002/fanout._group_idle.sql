@@ -30,6 +30,9 @@ BEGIN
        OR EXISTS (SELECT 1 FROM fanout.retry r WHERE r.group_id = v_g.group_id AND r.not_before <= p_now) THEN
         RETURN false;
     END IF;
+    IF p_t.sequence_ordering AND EXISTS (SELECT 1 FROM fanout.seq_done d WHERE d.group_id = v_g.group_id) THEN
+        RETURN false;  -- acks to apply: they may release waiters (fanout._sequence_advance)
+    END IF;
     IF v_g.bit_no IS NOT NULL
        AND EXISTS (SELECT 1 FROM fanout.stamp_pending s WHERE s.topic_id = p_t.topic_id) THEN
         RETURN false;  -- stamps to reconcile first (fanout._reconcile_stamps)

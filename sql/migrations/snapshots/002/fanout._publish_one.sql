@@ -1,5 +1,5 @@
 -- fanout._publish_one(p_t, p_payload, p_headers, p_message_group,
--- p_dedupe_key, p_deliver_at): appends one message with the options the
+-- p_dedupe_key, p_deliver_at, p_priority, p_seq): appends one message with the options the
 -- plain insert path does not take (the message was checked by the caller).
 --   p_dedupe_key  idempotent publish: within the topic's dedupe_window a
 --                 key that was already published returns that message's id
@@ -11,11 +11,20 @@
 --                 (40001) instead: retry the transaction.
 --   p_deliver_at  the message is stored now and handed out from then on
 --                 (fanout._window_page defers it per group).
+--   p_priority    0..9 (checked by fanout._check_order_options); 0 is
+--                 stored as NULL. The first priority above 0 marks the
+--                 topic prioritized (reads order windows by priority).
+--   p_seq         sequence of the message in its aggregate (message_group)
+--                 on a sequence-ordered topic: a (group, sequence) published
+--                 before returns that message's id and inserts nothing
+--                 (fanout.seq_published; concurrent publishers wait as for
+--                 dedupe keys).
 -- Returns the message id. Raises PGQ03 (empty or over-long dedupe key).
--- Tables: fanout.dedupe, fanout_data.m<topic_id> (through m<id>_insert_one).
+-- Tables: fanout.dedupe, fanout.seq_published, fanout.topic (prioritized),
+-- fanout_data.m<topic_id> (through m<id>_insert_one).
 CREATE OR REPLACE FUNCTION fanout._publish_one(
     p_t fanout.topic, p_payload jsonb, p_headers jsonb, p_message_group text,
-    p_dedupe_key text, p_deliver_at timestamptz)
+    p_dedupe_key text, p_deliver_at timestamptz, p_priority int DEFAULT NULL, p_seq bigint DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
@@ -45,9 +54,33 @@ BEGIN
             RETURN v_taken;
         END IF;
     END IF;
+    IF p_seq IS NOT NULL THEN
+        PERFORM pg_current_xact_id();
+        IF v_id IS NULL THEN
+            v_id := nextval(format('fanout_data.%I', p_t.seq_name)::regclass);
+        END IF;
+        INSERT INTO fanout.seq_published AS s (topic_id, message_group, seq, message_id, created_at)
+        VALUES (p_t.topic_id, p_message_group, p_seq, v_id, clock_timestamp())
+        ON CONFLICT (topic_id, message_group, seq) DO NOTHING
+        RETURNING s.message_id INTO v_taken;
+        IF v_taken IS NULL THEN
+            -- This sequence of the aggregate was published before: its id.
+            SELECT s.message_id INTO STRICT v_taken FROM fanout.seq_published s
+            WHERE s.topic_id = p_t.topic_id AND s.message_group = p_message_group AND s.seq = p_seq;
+            IF p_dedupe_key IS NOT NULL THEN
+                UPDATE fanout.dedupe d SET message_id = v_taken
+                WHERE d.topic_id = p_t.topic_id AND d.dedupe_key = p_dedupe_key;
+            END IF;
+            RETURN v_taken;
+        END IF;
+    END IF;
+    IF p_priority > 0 AND NOT p_t.prioritized THEN
+        UPDATE fanout.topic t SET prioritized = true WHERE t.topic_id = p_t.topic_id AND NOT t.prioritized;
+    END IF;
     PERFORM pg_current_xact_id();
-    EXECUTE format('SELECT fanout_data.%I($1, $2, $3, $4, $5)', p_t.data_table || '_insert_one')
-        INTO v_id USING v_id, p_payload, coalesce(p_headers, '{}'::jsonb), p_message_group, p_deliver_at;
+    EXECUTE format('SELECT fanout_data.%I($1, $2, $3, $4, $5, $6, $7)', p_t.data_table || '_insert_one')
+        INTO v_id USING v_id, p_payload, coalesce(p_headers, '{}'::jsonb), p_message_group, p_deliver_at,
+                        nullif(p_priority, 0)::smallint, p_seq;
     RETURN v_id;
 END
 $fn$;

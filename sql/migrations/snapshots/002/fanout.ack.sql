@@ -8,7 +8,8 @@
 -- Raises: PGQ03, PGQ10 unknown lease, PGQ11 fenced (the lease expired and a
 -- message was re-delivered to another consumer), PGQ12 message not in lease,
 -- PGQ15 (reference mode: the group is paused).
--- Tables: fanout.lease; reference mode: fanout_data.m<topic_id>.
+-- Tables: fanout.lease, fanout.seq_done (sequence-ordered topics); reference
+-- mode: fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout.ack(lease_id bigint, message_ids bigint[] DEFAULT NULL)
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
@@ -25,6 +26,7 @@ BEGIN
     v_n := cardinality(v_targets);
     IF v_n > 0 THEN
         PERFORM fanout._complete_bits(v_l.group_id, v_l.msg_ids, v_l.msg_txids, true, v_targets);
+        PERFORM fanout._sequence_settled(v_l.group_id, v_targets);
         PERFORM fanout._lease_settle(v_l.lease_id, v_targets, false, true);
     END IF;
     RETURN v_n;

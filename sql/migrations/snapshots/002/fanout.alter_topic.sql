@@ -1,5 +1,6 @@
 -- fanout.alter_topic(topic, ...options): changes a topic's settings; a NULL
--- option is left as it is. semantics and completion are fixed at creation.
+-- option is left as it is. semantics, completion and sequence_ordering are
+-- fixed at creation.
 -- Returns the topic id.
 -- Raises: PGQ01, PGQ03 (a bad value). Tables: fanout.topic, fanout_data.* (notify trigger).
 CREATE OR REPLACE FUNCTION fanout.alter_topic(
@@ -13,7 +14,8 @@ CREATE OR REPLACE FUNCTION fanout.alter_topic(
     zombie_ttl                          interval DEFAULT NULL,
     notify                              boolean DEFAULT NULL,
     partition_interval                  interval DEFAULT NULL,
-    dedupe_window                       interval DEFAULT NULL)
+    dedupe_window                       interval DEFAULT NULL,
+    gap_alert_after                     interval DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -42,6 +44,7 @@ BEGIN
     v_new.notify := coalesce($9, v_old.notify);
     v_new.partition_interval := coalesce($10, v_old.partition_interval);
     v_new.dedupe_window := coalesce($11, v_old.dedupe_window);
+    v_new.gap_alert_after := coalesce($12, v_old.gap_alert_after);
     PERFORM fanout._check_topic_settings(v_new);
     UPDATE fanout.topic t
     SET retention = v_new.retention, zero_subscription_retention = v_new.zero_subscription_retention,
@@ -49,7 +52,7 @@ BEGIN
         max_retention = v_new.max_retention, max_attempts = v_new.max_attempts,
         max_payload_bytes = v_new.max_payload_bytes, zombie_ttl = v_new.zombie_ttl,
         notify = v_new.notify, partition_interval = v_new.partition_interval,
-        dedupe_window = v_new.dedupe_window
+        dedupe_window = v_new.dedupe_window, gap_alert_after = v_new.gap_alert_after
     WHERE t.topic_id = v_old.topic_id;
     IF v_new.notify IS DISTINCT FROM v_old.notify THEN
         PERFORM fanout._set_notify(v_old.topic_id, v_new.notify);

@@ -26,7 +26,9 @@ CREATE OR REPLACE FUNCTION fanout.create_topic(
     zombie_ttl                          interval DEFAULT '7 days',
     notify                              boolean DEFAULT true,
     partition_interval                  interval DEFAULT '1 hour',
-    dedupe_window                       interval DEFAULT '24 hours')
+    dedupe_window                       interval DEFAULT '24 hours',
+    sequence_ordering                   boolean DEFAULT false,
+    gap_alert_after                     interval DEFAULT '5 minutes')
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -53,6 +55,8 @@ BEGIN
     v_new.notify := $11;
     v_new.partition_interval := $12;
     v_new.dedupe_window := $13;
+    v_new.sequence_ordering := $14;
+    v_new.gap_alert_after := $15;
     PERFORM fanout._check_topic_settings(v_new);
     IF v_new.semantics = 'queue' AND v_new.completion <> 'offset' THEN
         RAISE EXCEPTION 'completion % applies to pubsub topics only; a queue topic message needs one ack',
@@ -77,7 +81,9 @@ BEGIN
             ('zombie_ttl', v_old.zombie_ttl IS DISTINCT FROM v_new.zombie_ttl),
             ('notify', v_old.notify IS DISTINCT FROM v_new.notify),
             ('partition_interval', v_old.partition_interval IS DISTINCT FROM v_new.partition_interval),
-            ('dedupe_window', v_old.dedupe_window IS DISTINCT FROM v_new.dedupe_window)
+            ('dedupe_window', v_old.dedupe_window IS DISTINCT FROM v_new.dedupe_window),
+            ('sequence_ordering', v_old.sequence_ordering IS DISTINCT FROM v_new.sequence_ordering),
+            ('gap_alert_after', v_old.gap_alert_after IS DISTINCT FROM v_new.gap_alert_after)
         ) AS d(k, differs)
         WHERE differs;
         IF v_diff IS NOT NULL THEN
@@ -90,11 +96,11 @@ BEGIN
 
     INSERT INTO fanout.topic AS t (topic, semantics, completion, retention, zero_subscription_retention,
         block_writes_without_subscriptions, max_retention, max_attempts, max_payload_bytes, zombie_ttl,
-        notify, partition_interval, data_table, seq_name, dedupe_window)
+        notify, partition_interval, data_table, seq_name, dedupe_window, sequence_ordering, gap_alert_after)
     VALUES (p_topic, v_new.semantics, v_new.completion, v_new.retention, v_new.zero_subscription_retention,
         v_new.block_writes_without_subscriptions, v_new.max_retention, v_new.max_attempts,
         v_new.max_payload_bytes, v_new.zombie_ttl, v_new.notify, v_new.partition_interval, '', '',
-        v_new.dedupe_window)
+        v_new.dedupe_window, v_new.sequence_ordering, v_new.gap_alert_after)
     RETURNING * INTO v_new;
 
     v_new.data_table := 'm' || v_new.topic_id;
@@ -111,6 +117,8 @@ BEGIN
             published_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
             message_group text,
             deliver_at    timestamptz,
+            priority      smallint,
+            seq           bigint,
             headers       jsonb       NOT NULL DEFAULT '{}',
             payload       jsonb       NOT NULL
         ) PARTITION BY RANGE (id)$ddl$,
@@ -120,6 +128,10 @@ BEGIN
     -- Delayed messages (publish(..., deliver_at)): counted by fanout.topics.
     EXECUTE format('CREATE INDEX %I ON fanout_data.%I (deliver_at) WHERE deliver_at IS NOT NULL',
                    v_new.data_table || '_deliver_at', v_new.data_table);
+    -- Priority topics read each level in (txid, id) order (fanout._window_page_priority);
+    -- priority 0 is stored as NULL and read through the (txid, id) index.
+    EXECUTE format('CREATE INDEX %I ON fanout_data.%I (priority, txid, id) WHERE priority IS NOT NULL',
+                   v_new.data_table || '_priority', v_new.data_table);
     IF v_new.completion = 'reference' THEN
         -- Per-message bitmaps, an id index for batched backfill and release,
         -- and the trigger that stamps required_groups at insert.

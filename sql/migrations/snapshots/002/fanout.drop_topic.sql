@@ -45,7 +45,7 @@ BEGIN
     EXECUTE format('DROP TABLE fanout_data.%I', v_t.data_table);
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(jsonb, jsonb, text)', v_t.data_table || '_insert');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(jsonb[], jsonb[], text[])', v_t.data_table || '_insert_batch');
-    EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(bigint, jsonb, jsonb, text, timestamptz)',
+    EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(bigint, jsonb, jsonb, text, timestamptz, smallint, bigint)',
                    v_t.data_table || '_insert_one');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint)',
                    v_t.data_table || '_page');

@@ -17,5 +17,6 @@ AS $fn$
         ('fanout._cleanup_bookkeeping',  'delete settled leases, idle members and old event_log rows'),
         ('fanout._bitmap_step',          'backfill step of reference-mode bitmaps for new groups'),
         ('fanout._refresh_topic_state',  'refresh the per-topic statistics of fanout.topics'),
-        ('fanout._cleanup_groups',       'delete long-cancelled and long-dead groups')
+        ('fanout._cleanup_groups',       'delete long-cancelled and long-dead groups'),
+        ('fanout._sequence_gap_alerts',  'log sequence gaps older than their topic''s gap_alert_after')
 $fn$;

@@ -30,6 +30,8 @@ AS $fn$
        OR EXISTS (SELECT 1 FROM fanout.event_log e WHERE e.at < $1 - interval '30 days')
        OR EXISTS (SELECT 1 FROM fanout.dedupe d JOIN fanout.topic t ON t.topic_id = d.topic_id
                   WHERE d.created_at < $1 - t.dedupe_window)
+       OR EXISTS (SELECT 1 FROM fanout.seq_published s JOIN fanout.topic t ON t.topic_id = s.topic_id
+                  WHERE $1 - s.created_at > t.max_retention)
     UNION ALL
     SELECT 'fanout._bitmap_step', NULL
     WHERE EXISTS (SELECT 1 FROM fanout.bitmap_job j WHERE j.status IN ('not_started', 'in_progress'))
@@ -39,4 +41,7 @@ AS $fn$
     UNION ALL
     SELECT 'fanout._cleanup_groups', NULL
     WHERE EXISTS (SELECT 1 FROM fanout.consumer_group g WHERE g.status IN ('cancelled', 'dead'))
+    UNION ALL
+    SELECT 'fanout._sequence_gap_alerts', NULL
+    WHERE EXISTS (SELECT 1 FROM fanout.seq_wait)
 $fn$;

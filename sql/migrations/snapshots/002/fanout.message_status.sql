@@ -3,14 +3,15 @@
 -- topics) with status: 'before_start' (the group started after it),
 -- 'not_required' (reference mode: the message does not require the group),
 -- 'pending' (not handed out yet), 'in_flight' (under a lease), 'retry'
--- (nacked, waiting), 'dead_letter', or 'acked' (handed out and settled);
+-- (nacked, waiting), 'waiting' (sequence-ordered topic: for a lower sequence
+-- of its aggregate), 'dead_letter', or 'acked' (handed out and settled);
 -- passed is true when the group is done with it (offset mode: its position
 -- has passed it). Reference mode adds required / completed (the group's bits)
 -- and message_status: 'completed' (every required group acked), 'pending',
 -- or 'unclaimed' (published while no group was subscribed); NULL otherwise.
 -- Rows are fanout.message_status_row (so inputs and outputs share names).
 -- Raises: PGQ01, PGQ03 (NULL id), PGQ18 (no such message retained).
--- Tables: fanout.consumer_group, fanout.lease, fanout.retry,
+-- Tables: fanout.consumer_group, fanout.lease, fanout.retry, fanout.seq_wait,
 -- fanout.dead_letter, fanout_data.m<topic_id> (one partition).
 CREATE OR REPLACE FUNCTION fanout.message_status(topic text, message_id bigint)
 RETURNS SETOF fanout.message_status_row
@@ -63,6 +64,8 @@ BEGIN
                                   WHERE l.group_id = g.group_id AND l.open_count > 0
                                     AND p_message_id = ANY (l.msg_ids) AND p_message_id <> ALL (l.settled)
                                     AND p_message_id <> ALL (l.reclaimed)) THEN 'in_flight'
+                     WHEN EXISTS (SELECT 1 FROM fanout.seq_wait w
+                                  WHERE w.group_id = g.group_id AND w.message_id = p_message_id) THEN 'waiting'
                      -- A latest group starts at the first id assigned after it joined
                      -- (joined_id); the others at effective_start_id. A message whose
                      -- transaction the subscription's snapshot did not see is owed
@@ -72,6 +75,11 @@ BEGIN
                           AND pg_visible_in_snapshot(v_txid, g.join_snap) THEN 'before_start'
                      WHEN g.bit_no IS NOT NULL AND (v_done & (1::bigint << g.bit_no)) <> 0 THEN 'acked'
                      WHEN g.bit_no IS NOT NULL AND (v_req & (1::bigint << g.bit_no)) = 0 THEN 'not_required'
+                     -- A window read by priority keeps its cursor at its start
+                     -- (fanout._window_page_priority): settled by a lease is acked.
+                     WHEN g.prio_level IS NOT NULL
+                          AND EXISTS (SELECT 1 FROM fanout.lease l
+                                      WHERE l.group_id = g.group_id AND p_message_id = ANY (l.settled)) THEN 'acked'
                      WHEN NOT pg_visible_in_snapshot(v_txid, g.win_lo)
                           AND ((v_txid, p_message_id) > (g.cur_txid, g.cur_id)
                                OR NOT pg_visible_in_snapshot(v_txid, g.win_hi))

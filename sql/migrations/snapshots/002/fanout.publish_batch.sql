@@ -1,14 +1,19 @@
 -- fanout.publish_batch(topic, payloads, headers, message_groups, notify,
--- dedupe_keys, deliver_at, delay): appends many messages in one statement
+-- dedupe_keys, deliver_at, delay, priority, sequences): appends many
+-- messages in one statement
 -- (one NOTIFY). headers, message_groups and dedupe_keys, when given, must
 -- have one element per payload. notify, deliver_at and delay as in
 -- fanout.publish (one delivery time for the whole batch); a dedupe key that
--- repeats within the batch returns the same id each time.
+-- repeats within the batch returns the same id each time. priority applies
+-- to every message of the batch; sequences (one per payload) as sequence in
+-- fanout.publish.
 -- Returns the message ids in input order.
 -- Raises: as fanout.publish, naming the offending element; PGQ03 when the
 -- arrays' lengths differ. Nothing is written when any element is bad.
--- Tables: fanout.topic, fanout.consumer_group, fanout_data.m<topic_id>
--- (through fanout_data.m<topic_id>_insert_batch).
+-- Tables: fanout.topic, fanout.consumer_group, fanout.dedupe,
+-- fanout.seq_published, fanout_data.m<topic_id> (through
+-- fanout_data.m<topic_id>_insert_batch, fanout._publish_batch_set or
+-- fanout._publish_one).
 CREATE OR REPLACE FUNCTION fanout.publish_batch(
     topic          text,
     payloads       jsonb[],
@@ -17,7 +22,9 @@ CREATE OR REPLACE FUNCTION fanout.publish_batch(
     notify         boolean DEFAULT NULL,
     dedupe_keys    text[] DEFAULT NULL,
     deliver_at     timestamptz DEFAULT NULL,
-    delay          interval DEFAULT NULL)
+    delay          interval DEFAULT NULL,
+    priority       int DEFAULT NULL,
+    sequences      bigint[] DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -46,7 +53,18 @@ BEGIN
         RAISE EXCEPTION 'dedupe_keys has % elements but payloads has %', cardinality($6), v_n
             USING ERRCODE = 'PGQ03';
     END IF;
+    IF $10 IS NOT NULL AND cardinality($10) <> v_n THEN
+        RAISE EXCEPTION 'sequences has % elements but payloads has %', cardinality($10), v_n
+            USING ERRCODE = 'PGQ03';
+    END IF;
     v_at := fanout._delivery_time($7, $8);
+    IF $9 IS NOT NULL OR $10 IS NOT NULL OR v_t.sequence_ordering THEN
+        FOR r IN
+            SELECT $4[i] AS g, $10[i] AS s, i AS ord FROM generate_series(1, v_n) AS i
+        LOOP
+            PERFORM fanout._check_order_options(v_t, $9, r.s, r.g, v_at, r.ord::int);
+        END LOOP;
+    END IF;
     IF v_n = 0 THEN
         RETURN;
     END IF;
@@ -62,12 +80,15 @@ BEGIN
     END LOOP;
     PERFORM pg_current_xact_id();
     PERFORM fanout._notify_override(v_t, $5, true);
-    IF $6 IS NOT NULL OR $7 IS NOT NULL OR $8 IS NOT NULL THEN
-        -- One at a time, in input order (a key repeated in the batch meets
-        -- its own first claim).
+    IF $10 IS NULL AND ($6 IS NOT NULL OR $7 IS NOT NULL OR $8 IS NOT NULL OR $9 IS NOT NULL) THEN
+        RETURN QUERY SELECT fanout._publish_batch_set(v_t, $2, $3, $4, $6, v_at, $9);
+    ELSIF $10 IS NOT NULL THEN
+        -- Sequences: one at a time, in input order (a key or sequence
+        -- repeated in the batch meets its own first claim).
         RETURN QUERY
-        SELECT fanout._publish_one(v_t, u.p, u.h, u.g, u.k, v_at)
-        FROM unnest($2, $3, $4, $6) WITH ORDINALITY AS u(p, h, g, k, ord)
+        SELECT fanout._publish_one(v_t, u.p, u.h, u.g, u.k, v_at, $9, u.s)
+        FROM unnest($2, $3, $4, $6, $10) WITH ORDINALITY AS u(p, h, g, k, s, ord)
+        WHERE u.ord <= v_n
         ORDER BY u.ord;
     ELSE
         RETURN QUERY EXECUTE format('SELECT fanout_data.%I($1, $2, $3)', v_t.data_table || '_insert_batch')

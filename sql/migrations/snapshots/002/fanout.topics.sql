@@ -9,7 +9,8 @@ SELECT t.topic, t.semantics, t.completion, t.retention, t.zero_subscription_rete
        (SELECT count(*) FROM fanout.consumer_group g
         WHERE g.topic_id = t.topic_id AND g.group_name IS NOT NULL AND g.status = 'active') AS active_groups,
        s.messages, s.oldest_message_age, s.partitions, s.bytes, t.dropped_unread, t.created_at, t.topic_id,
-       t.dedupe_window, fanout._scheduled_count(t.topic_id) AS scheduled
+       t.dedupe_window, fanout._scheduled_count(t.topic_id) AS scheduled,
+       t.prioritized, t.sequence_ordering, t.gap_alert_after
 FROM fanout.topic t
 CROSS JOIN LATERAL fanout._topic_view(t.topic_id) s
 WHERE fanout._may(t.topic, 'any');

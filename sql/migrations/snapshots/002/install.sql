@@ -10,6 +10,7 @@
 {{ template "fanout._check_grant_args.sql" . }}
 {{ template "fanout._check_message.sql" . }}
 {{ template "fanout._check_name.sql" . }}
+{{ template "fanout._check_order_options.sql" . }}
 {{ template "fanout._check_subscribe_limits.sql" . }}
 {{ template "fanout._check_topic_settings.sql" . }}
 {{ template "fanout._complete_bits.sql" . }}
@@ -45,6 +46,7 @@
 {{ template "fanout._page_fit.sql" . }}
 {{ template "fanout._partition_droppable.sql" . }}
 {{ template "fanout._partition_floor.sql" . }}
+{{ template "fanout._publish_batch_set.sql" . }}
 {{ template "fanout._publish_one.sql" . }}
 {{ template "fanout._reconcile_stamps.sql" . }}
 {{ template "fanout._release_holds.sql" . }}
@@ -52,6 +54,10 @@
 {{ template "fanout._restamp.sql" . }}
 {{ template "fanout._resurrect.sql" . }}
 {{ template "fanout._scheduled_count.sql" . }}
+{{ template "fanout._sequence_advance.sql" . }}
+{{ template "fanout._sequence_gap_rows.sql" . }}
+{{ template "fanout._sequence_gate.sql" . }}
+{{ template "fanout._sequence_settled.sql" . }}
 {{ template "fanout._set_idle_hint.sql" . }}
 {{ template "fanout._set_notify.sql" . }}
 {{ template "fanout._snapshot.sql" . }}
@@ -67,6 +73,7 @@
 {{ template "fanout._touch_member.sql" . }}
 {{ template "fanout._transition.sql" . }}
 {{ template "fanout._window_page.sql" . }}
+{{ template "fanout._window_page_priority.sql" . }}
 -- Maintenance: what pgq-scheduler or pg_cron runs (fanout.maint_operations).
 {{ template "fanout._bitmap_step.sql" . }}
 {{ template "fanout._cleanup_bookkeeping.sql" . }}
@@ -75,6 +82,7 @@
 {{ template "fanout._detect_dead_groups.sql" . }}
 {{ template "fanout._manage_partitions.sql" . }}
 {{ template "fanout._refresh_topic_state.sql" . }}
+{{ template "fanout._sequence_gap_alerts.sql" . }}
 {{ template "fanout.leader_attempt.sql" . }}
 {{ template "fanout.leader_resign.sql" . }}
 {{ template "fanout.maint_functions.sql" . }}
@@ -114,6 +122,7 @@
 {{ template "fanout.publish.sql" . }}
 {{ template "fanout.publish_batch.sql" . }}
 {{ template "fanout.read.sql" . }}
+{{ template "fanout.sequence_gaps.sql" . }}
 {{ template "fanout.subscribe.sql" . }}
 {{ template "fanout.topic_grants.sql" . }}
 {{ template "fanout.topics.sql" . }}
