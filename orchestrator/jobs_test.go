@@ -164,11 +164,13 @@ func TestMaintenanceJobTimeout(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.exec(t, `CREATE FUNCTION public.slow_op(p_now timestamptz DEFAULT now()) RETURNS int
-	           LANGUAGE sql AS $$ SELECT 1 FROM pg_sleep(5) $$`)
+	           LANGUAGE sql AS $$ SELECT 1 FROM pg_sleep(60) $$`)
 	b.exec(t, `ALTER FUNCTION fanout.maint_operations(timestamptz) RENAME TO maint_operations_orig`)
 	b.exec(t, `CREATE FUNCTION fanout.maint_operations(p_now timestamptz DEFAULT now())
 	           RETURNS TABLE(func text, arg text) LANGUAGE sql AS $$ VALUES ('public.slow_op', NULL::text) $$`)
-	s := b.scheduler(t, SchedulerConfig{Timeouts: map[string]time.Duration{"public.slow_op": 200 * time.Millisecond}})
+	// 2 s: the job's own look-up of maint_operations must fit in it on a
+	// loaded machine; the 60 s call must not.
+	s := b.scheduler(t, SchedulerConfig{Timeouts: map[string]time.Duration{"public.slow_op": 2 * time.Second}})
 	_, err := s.RunJob(b.ctx, discoverJobName)
 	require.NoError(t, err)
 	_, err = s.RunJob(b.ctx, "public.slow_op")

@@ -402,9 +402,15 @@ func TestBinaryRunAndSigterm(t *testing.T) {
 		`SELECT status FROM fanout.groups WHERE topic = 'events' AND group_name = 'search'`).Scan(&search))
 	require.Equal(t, "active", search)
 
-	code, metrics := httpGet("http://" + addr + "/metrics")
+	// The job's transaction commits (the group is dead) before the
+	// scheduler counts the run: poll for the counter.
+	var code int
+	var metrics string
+	require.Eventually(t, func() bool {
+		code, metrics = httpGet("http://" + addr + "/metrics")
+		return strings.Contains(metrics, `pgq_scheduler_job_runs_total{job="fanout._detect_dead_groups"}`)
+	}, time.Minute, 100*time.Millisecond, "the run is counted")
 	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, metrics, `pgq_scheduler_job_runs_total{job="fanout._detect_dead_groups"}`)
 	require.Contains(t, metrics, `pgq_group_status{group="billing",status="dead",topic="events"} 1`)
 	require.Contains(t, metrics, "pgq_scheduler_leader 1")
 
