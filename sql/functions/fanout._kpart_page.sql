@@ -48,7 +48,6 @@ DECLARE
     v_pa      timestamptz[];
     v_da      timestamptz[];
     v_deliver timestamptz[] := '{}';
-    v_listed  xid8[];
     v_now     timestamptz := clock_timestamp();
     v_got     int;
     v_min_id  bigint;
@@ -183,15 +182,7 @@ BEGIN
         END IF;
 
         EXIT WHEN v_rounds >= 2;
-        v_new := fanout._snapshot();
-        IF p_bit IS NOT NULL THEN
-            PERFORM fanout._reconcile_stamps(p_t.topic_id, v_new);
-            v_listed := ARRAY(SELECT DISTINCT s.txid FROM fanout.stamp_pending s
-                              WHERE s.topic_id = p_t.topic_id AND NOT pg_visible_in_snapshot(s.txid, o_hi));
-            IF cardinality(v_listed) > 0 THEN
-                v_new := fanout._snapshot(v_new, v_listed);
-            END IF;
-        END IF;
+        v_new := fanout._next_window(p_t.topic_id, p_bit, o_hi);
         EXIT WHEN v_new::text = o_hi::text;
         o_lo := o_hi;
         o_hi := v_new;

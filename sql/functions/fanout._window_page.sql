@@ -60,7 +60,6 @@ DECLARE
     v_pa      timestamptz[];
     v_da      timestamptz[];
     v_deliver timestamptz[] := '{}';
-    v_listed  xid8[];
     v_now     timestamptz := clock_timestamp();
     v_got     int;
     v_min_id  bigint;
@@ -166,21 +165,7 @@ BEGIN
 
         -- The window is used up: open the next one, a bounded number of times.
         EXIT WHEN v_rounds >= 2;
-        v_new := fanout._snapshot();
-        IF v_bit IS NOT NULL THEN
-            -- Listed transactions wait (counted as running) until their
-            -- stamps are reconciled; the list is read after the snapshot, so
-            -- it holds every listed transaction the snapshot sees ended.
-            -- Only those this group has not passed yet (not visible in the
-            -- window just used up): holding back one it passed would hand
-            -- it out again.
-            PERFORM fanout._reconcile_stamps(p_topic_id, v_new);
-            v_listed := ARRAY(SELECT DISTINCT s.txid FROM fanout.stamp_pending s
-                              WHERE s.topic_id = p_topic_id AND NOT pg_visible_in_snapshot(s.txid, o_hi));
-            IF cardinality(v_listed) > 0 THEN
-                v_new := fanout._snapshot(v_new, v_listed);
-            END IF;
-        END IF;
+        v_new := fanout._next_window(p_topic_id, v_bit, o_hi);
         EXIT WHEN v_new::text = o_hi::text;
         o_lo := o_hi;
         o_hi := v_new;

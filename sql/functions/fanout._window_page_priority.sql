@@ -56,7 +56,6 @@ DECLARE
     v_pa      timestamptz[];
     v_da      timestamptz[];
     v_deliver timestamptz[] := '{}';
-    v_listed  xid8[];
     v_now     timestamptz := clock_timestamp();
     v_got     int;
     v_min_id  bigint;
@@ -209,16 +208,7 @@ BEGIN
         v_ptx := o_cur_txid;
         v_pid := o_cur_id;
         EXIT WHEN v_rounds >= 2;
-        v_new := fanout._snapshot();
-        IF v_bit IS NOT NULL THEN
-            -- As in fanout._window_page: listed transactions wait.
-            PERFORM fanout._reconcile_stamps(p_topic_id, v_new);
-            v_listed := ARRAY(SELECT DISTINCT s.txid FROM fanout.stamp_pending s
-                              WHERE s.topic_id = p_topic_id AND NOT pg_visible_in_snapshot(s.txid, o_hi));
-            IF cardinality(v_listed) > 0 THEN
-                v_new := fanout._snapshot(v_new, v_listed);
-            END IF;
-        END IF;
+        v_new := fanout._next_window(p_topic_id, v_bit, o_hi);
         EXIT WHEN v_new::text = o_hi::text;
         o_lo := o_hi;
         o_hi := v_new;

@@ -47,6 +47,7 @@
 {{ template "fanout._may.sql" . }}
 {{ template "fanout._may_see_grant.sql" . }}
 {{ template "fanout._next_id.sql" . }}
+{{ template "fanout._next_window.sql" . }}
 {{ template "fanout._nfc.sql" . }}
 {{ template "fanout._normalize_option.sql" . }}
 {{ template "fanout._notify_override.sql" . }}
