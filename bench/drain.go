@@ -47,7 +47,7 @@ func (drainScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 	env.Baseline("SKIP LOCKED queue",
 		"a copy of the topic's rows as for \"plain SELECT page walk\"; k consumers each repeat, until a page comes back empty:\n"+
 			fmt.Sprintf(skipLockedDelete, "<copy>", "<copy>")+";  -- $1 = 100, autocommit\n"+
-			"(the delete-queue of the latency baseline \"plain NOTIFY + SKIP LOCKED queue\", the one issue 10 measured against: "+
+			"(the delete-queue of the latency baseline \"plain NOTIFY + SKIP LOCKED queue\", the one the consume-path targets are measured against: "+
 			"one statement per page; the page is gone when it is handed out)")
 	env.Baseline("SKIP LOCKED queue, lock then DELETE",
 		"a copy as above; k consumers each repeat, until a page comes back empty:\n"+

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Inbox scenarios (issue 12): the cost of the delivery controls against the
+// Inbox scenarios: the cost of the delivery controls against the
 // same operation without them, in the same run.
 func init() {
 	register(120, inboxDedupeScenario{})

@@ -100,7 +100,7 @@ func (matrixScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 	return out, nil
 }
 
-// fetchJudged: issue 10's fetch target (p95 < 10 ms) covers LT-1..3 and
+// fetchJudged: the consume-path fetch target (p95 < 10 ms) covers LT-1..3 and
 // LT-5 (up to 16 groups).
 func (r matrixRow) fetchJudged() bool { return r.groups <= 16 }
 
@@ -311,7 +311,7 @@ func runMatrixRowInner(ctx context.Context, env *Env, row matrixRow, d, tick tim
 	if row.fetchJudged() {
 		fetchRow.Target, fetchRow.Pass = "fetch p95 < 10 ms", boolp(fetch.N > 0 && fetch.P95 < 10)
 	} else {
-		fetchRow.Note = "issue 10's fetch target (p95 < 10 ms) covers up to 16 groups (LT-1..3, LT-5)"
+		fetchRow.Note = "the consume-path fetch target (p95 < 10 ms) covers up to 16 groups (LT-1..3, LT-5)"
 	}
 	// Bloat in bytes (judged): mean over the samples under load, the first
 	// (warm-up: the tables start empty) left out when there are others.

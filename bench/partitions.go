@@ -10,7 +10,7 @@ import (
 
 func init() { register(115, partitionsScenario{}) }
 
-// partitionsScenario: partitioned topics (issue 11).
+// partitionsScenario: partitioned topics (key partitions).
 //
 //   - Member storm: one group reading a backlog of keyed messages with 150
 //     members vs 4 members, pages of 10 and 100, on a topic with P = 64 key

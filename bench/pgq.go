@@ -138,7 +138,7 @@ func (pgqScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 			"deliv/s", got, base, "PgQ 8 consumers, batch = page", 1.0)
 		r.Details = map[string]any{"messages": n, "groups": fanoutGroups, "page": b, "reads": st.Reads,
 			"empty_reads": st.EmptyReads, "pgq_batches": ps.Batches, "pgq_batch_min": ps.MinBatch, "pgq_batch_max": ps.MaxBatch}
-		r.Note = "target ≥ 1.0 from issue 10; order of the two sides alternates between batch sizes"
+		r.Note = "target ≥ 1.0 (consume-path target); order of the two sides alternates between batch sizes"
 		env.SetSummary(map[int]string{100: sumFanoutPgq100, 1000: sumFanoutPgq1000}[b], r.Ratio)
 		out = append(out, r)
 	}

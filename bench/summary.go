@@ -8,7 +8,7 @@ import (
 )
 
 // Summary is the fixed set of figures results.json carries under "summary",
-// so that runs can be compared with each other (issue 10). Every key is
+// so that runs can be compared with each other. Every key is
 // always present: a figure that was not measured (scenario not selected,
 // PgQ not installed, harness error) is null. Ratios are pgq / baseline of
 // the same run.
@@ -49,8 +49,8 @@ const (
 	sumCleanup        = "lt_cleanup_vs_production_min"
 )
 
-// summaryKeys lists the keys in their fixed order, with what issue 10
-// measured before the work on it ("seed") and the target.
+// summaryKeys lists the keys in their fixed order, with the figure measured
+// before the consume-path work ("seed") and the target.
 var summaryKeys = []struct {
 	key, seed, target string
 	higherIsBetter    bool
@@ -116,9 +116,9 @@ func (s *Summary) Get(key string) (float64, bool) {
 }
 
 // printSummary writes the closing note: each summary figure beside what
-// issue 10 measured before ("seed") and its target.
+// before the consume-path work ("seed") and its target.
 func printSummary(w io.Writer, s *Summary) {
-	fmt.Fprintf(w, "\nSummary (results.json \"summary\"; seed = issue 10's figures before the consume-path work):\n")
+	fmt.Fprintf(w, "\nSummary (results.json \"summary\"; seed = the figures before the consume-path work):\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  KEY\tSEED\tTHIS RUN\tTARGET\tRESULT")
 	for _, k := range summaryKeys {

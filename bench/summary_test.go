@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// wantSummaryKeys is issue 10's fixed list: results.json "summary" has
+// wantSummaryKeys is the fixed list: results.json "summary" has
 // exactly these keys, in every run.
 var wantSummaryKeys = []string{
 	"drain_vs_skiplocked_1c",
