@@ -60,8 +60,79 @@ func TestInboxDedupe(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(100 * time.Millisecond)
 	require.NotEqual(t, first, pub(b.Pool, "evt-1"), "a key past dedupe_window publishes again")
+	// The batch path takes over a key past the window too (evt-2's row is
+	// still there: maintenance has not run).
+	var batchAgain int64
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT x FROM fanout.publish_batch('in.dedupe', ARRAY['{"c":1}']::jsonb[],
+		dedupe_keys => ARRAY['evt-2']) AS x`).Scan(&batchAgain))
+	require.NotEqual(t, other, batchAgain, "a key past dedupe_window publishes again in a batch")
 	require.Positive(t, b.count(t, `SELECT fanout._cleanup_bookkeeping(now() + interval '1 second')`))
-	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM fanout.dedupe WHERE dedupe_key <> 'evt-1'`))
+	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM fanout.dedupe WHERE dedupe_key NOT IN ('evt-1', 'evt-2')`))
+
+	// fanout.dedupe and fanout.seq_published have no foreign key to the
+	// topic: drop_topic deletes their rows itself.
+	b.createTopic(t, b.Pool, "in.dropped", "sequence_ordering => true")
+	_, err = b.Pool.Exec(b.ctx, `SELECT fanout.publish('in.dropped', '{}', message_group => 'a', sequence => 1, dedupe_key => 'k')`)
+	require.NoError(t, err)
+	topicID := b.count(t, `SELECT topic_id FROM fanout.topic WHERE topic = 'in.dropped'`)
+	_, err = b.Pool.Exec(b.ctx, `SELECT fanout.drop_topic('in.dropped', force => true)`)
+	require.NoError(t, err)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.dedupe WHERE topic_id = $1`, topicID))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.seq_published WHERE topic_id = $1`, topicID))
+}
+
+// A batch that meets a key claimed by a transaction still open waits for
+// it: it gets the first message's id once that one commits, and publishes
+// the key itself when that one rolls back; the batch's other keys are
+// published either way.
+func TestInboxDedupeBatchWaits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "in.wait")
+	holder, batcher := b.Conn(t), b.Conn(t)
+	batch := func(keys ...string) <-chan []int64 {
+		out := make(chan []int64, 1)
+		go func() {
+			rows, err := batcher.Query(b.ctx, `SELECT fanout.publish_batch('in.wait',
+				array_fill('{"from":"batch"}'::jsonb, ARRAY[cardinality($1::text[])]), dedupe_keys => $1)`, keys)
+			if err != nil {
+				out <- nil
+				return
+			}
+			got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			if err != nil {
+				got = nil
+			}
+			out <- got
+		}()
+		return out
+	}
+	for _, commit := range []bool{true, false} {
+		key, other := fmt.Sprintf("held-%v", commit), fmt.Sprintf("free-%v", commit)
+		tx, err := holder.Begin(b.ctx)
+		require.NoError(t, err)
+		var held int64
+		require.NoError(t, tx.QueryRow(b.ctx, `SELECT fanout.publish('in.wait', '{"from":"holder"}', dedupe_key => $1)`, key).Scan(&held))
+		done := batch(other, key, key)
+		b.tWaitBlocked(t, batcher)
+		if commit {
+			require.NoError(t, tx.Commit(b.ctx))
+		} else {
+			require.NoError(t, tx.Rollback(b.ctx))
+		}
+		got := <-done
+		require.Len(t, got, 3, "the batch failed")
+		require.Equal(t, got[1], got[2], "a key repeated in the batch gets one id")
+		require.NotEqual(t, got[0], got[1])
+		if commit {
+			require.Equal(t, held, got[1], "the batch gets the committed first message's id")
+		} else {
+			require.NotEqual(t, held, got[1], "the key of a rolled-back publish is free for the batch")
+		}
+		require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM fanout.dedupe WHERE dedupe_key = $1 AND message_id = $2`, key, got[1]))
+	}
+	ms := b.read(t, b.Pool, "in.wait", nil, "c", 100, "30 seconds")
+	require.Len(t, ms, 4, "one message per key: the holder's committed one, the batch's three others")
 }
 
 // Concurrent publishers of one key: exactly one message; every publisher

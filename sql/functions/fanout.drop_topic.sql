@@ -47,8 +47,13 @@ BEGIN
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(jsonb[], jsonb[], text[])', v_t.data_table || '_insert_batch');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(bigint, jsonb, jsonb, text, timestamptz, smallint, bigint)',
                    v_t.data_table || '_insert_one');
+    EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(jsonb[], jsonb[], text[], text[], timestamptz, smallint, interval)',
+                   v_t.data_table || '_insert_keyed');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint)',
                    v_t.data_table || '_page');
+    -- No foreign keys on these two (their checks cost every publish).
+    DELETE FROM fanout.dedupe d WHERE d.topic_id = v_t.topic_id;
+    DELETE FROM fanout.seq_published s WHERE s.topic_id = v_t.topic_id;
     DELETE FROM fanout.topic t WHERE t.topic_id = v_t.topic_id;
     INSERT INTO fanout.event_log (topic, kind, detail)
     VALUES (v_t.topic, 'topic_dropped', jsonb_build_object('force', coalesce($2, false)));
