@@ -74,6 +74,40 @@ func TestInboxPriorityDrain(t *testing.T) {
 	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM fanout.topics WHERE prioritized`))
 }
 
+// A transaction still open when a window opens comes in the next window
+// (its "running at lo" phase), still by priority: ahead of lower levels,
+// after higher ones committed later, and a page cut inside it resumes there.
+func TestInboxPriorityRunningTransactions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "in.prio.run")
+	// Prioritized first: the first priority publish updates the topic row,
+	// which would make the publishes below wait for the open transaction.
+	first := b.pubPrio(t, b.Pool, "in.prio.run", 3)
+	tx, err := b.Conn(t).Begin(b.ctx)
+	require.NoError(t, err)
+	var open []int64
+	for i := 0; i < 3; i++ {
+		open = append(open, b.pubPrio(t, tx, "in.prio.run", 5))
+	}
+	m1 := b.pubPrio(t, b.Pool, "in.prio.run", 1)
+	m0 := b.pubPrio(t, b.Pool, "in.prio.run", 0)
+	take := func(max int, want ...int64) {
+		t.Helper()
+		ms := b.read(t, b.Pool, "in.prio.run", nil, "c", max, "30 seconds")
+		require.Equal(t, want, ids2(ms))
+		if len(ms) > 0 {
+			b.ack(t, b.Pool, ms[0].LeaseID, nil)
+		}
+	}
+	take(10, first, m1, m0) // the open transaction is not visible yet
+	high := b.pubPrio(t, b.Pool, "in.prio.run", 9)
+	require.NoError(t, tx.Commit(b.ctx))
+	take(2, high, open[0])
+	take(2, open[1], open[2])
+	take(2)
+}
+
 // Low priority is not starved: under a steady stream of high-priority
 // messages (more published per round than read), a low-priority message is
 // overtaken only by the high-priority messages of its own window, i.e.

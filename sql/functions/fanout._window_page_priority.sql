@@ -18,8 +18,9 @@
 -- own window (at most what was committed before its window opened).
 -- Everything else (start cut-off, partition floor, reference-mode filter and
 -- stamp reconciliation, byte budget with fanout._page_fit, deferral of
--- delayed messages) is that of fanout._window_page. The scans are dynamic
--- SQL (the topic's generated page function has no level argument). Writes the group's prio_* columns itself; returns
+-- delayed messages) is that of fanout._window_page. The scans are the
+-- topic's generated m<id>_page_prio (fanout._create_page_functions), planned
+-- once per session. Writes the group's prio_* columns itself; returns
 -- the rest like fanout._window_page.
 -- Reads fanout.consumer_group, fanout.partition, fanout.stamp_pending and the
 -- topic's message table; writes fanout.consumer_group (prio_*), fanout.retry.
@@ -62,28 +63,18 @@ DECLARE
     v_new     pg_snapshot;
     v_start   bigint;
     v_bit     int;
-    v_filter  text := '';
-    v_level   text;
+    v_mask    bigint := 0;
     v_bytes   bigint := coalesce(p_max_bytes, 9223372036854775807);
     v_used    bigint;
     v_sz      int[];
     v_cut     boolean := false;
-    -- One page of one level, as the topic's page function (fanout._create_page_functions)
-    -- returns it: arrays in (txid, id) order, each row's size, the bytes.
-    -- Arguments: $1 running txids (phase 1), $2 xmax(hi), $3 txids running at
-    -- hi, $4/$5 the level's cursor, $6 the lowest id, $7 the limit.
-    v_sel     text := 'SELECT array_agg(s.id), array_agg(s.txid), array_agg(s.payload), array_agg(s.headers),
-                              array_agg(s.message_group), array_agg(s.published_at), array_agg(s.deliver_at),
-                              array_agg(s.sz), sum(s.sz)
-                       FROM (SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at, m.deliver_at,
-                                    CASE WHEN pg_column_compression(m.payload) IS NULL THEN pg_column_size(m.payload)
-                                         ELSE octet_length(m.payload::text) END
-                                    + CASE WHEN pg_column_compression(m.headers) IS NULL THEN pg_column_size(m.headers)
-                                           ELSE octet_length(m.headers::text) END
-                                    + coalesce(octet_length(m.message_group), 0) AS sz
-                             FROM fanout_data.%I m
-                             WHERE %s AND (m.txid, m.id) > ($4, $5) AND m.id >= $6 %s %s
-                             ORDER BY m.txid, m.id LIMIT $7) s';
+    v_phase   int;
+    v_running xid8[];
+    -- One page of one level (arrays in (txid, id) order, each row's size,
+    -- the bytes): $1 running txids (phase 1) or NULL (phase 2), $2 xmax(hi),
+    -- $3 txids running at hi, $4/$5 the level's cursor, $6 the lowest id,
+    -- $7 the limit, $8 the reference-mode mask, $9 the level.
+    v_page    text := format('SELECT * FROM fanout_data.%I($1, $2, $3, $4, $5, $6, $7, $8, $9)', p_table || '_page_prio');
     v_full    boolean := false;
 BEGIN
     SELECT g.win_lo, g.win_hi, g.cur_txid, g.cur_id, coalesce(g.effective_start_id, 0), g.bit_no,
@@ -100,7 +91,7 @@ BEGIN
         v_pid := o_cur_id;
     END IF;
     IF v_bit IS NOT NULL THEN
-        v_filter := format(' AND (m.required_groups & %L::bigint) <> 0', 1::bigint << v_bit);
+        v_mask := 1::bigint << v_bit;
         PERFORM fanout._reconcile_stamps(p_topic_id, o_hi);
     END IF;
     IF pg_snapshot_xmax(o_lo) <> '1' THEN
@@ -118,52 +109,27 @@ BEGIN
         v_lo_xmax := pg_snapshot_xmax(o_lo);
         v_hi_xip := ARRAY(SELECT pg_snapshot_xip(o_hi));
         WHILE v_lvl >= 0 LOOP
-            v_level := CASE WHEN v_lvl = 0 THEN ' AND m.priority IS NULL' ELSE format(' AND m.priority = %s', v_lvl) END;
-            -- Phase 1: transactions running at lo that committed by hi.
-            IF v_ptx < v_lo_xmax THEN
-                v_lo_xip := ARRAY(SELECT x FROM pg_snapshot_xip(o_lo) AS x
-                                  WHERE x >= v_ptx AND pg_visible_in_snapshot(x, o_hi) ORDER BY x);
-                IF cardinality(v_lo_xip) > 0 THEN
-                    v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_lo_xip[1]));
-                    EXECUTE format(v_sel, p_table, 'm.txid = ANY ($1)', v_filter, v_level)
-                        INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
-                        USING v_lo_xip, NULL::xid8, NULL::xid8[], v_ptx, v_pid, v_min_id, v_left;
-                    v_got := coalesce(cardinality(v_ids), 0);
-                    v_cut := false;
-                    IF v_used > v_bytes THEN
-                        v_got := fanout._page_fit(v_sz, v_bytes, cardinality(o_ids) = 0);
-                        v_cut := v_got < cardinality(v_ids);
-                        v_ids := v_ids[1:v_got]; v_txids := v_txids[1:v_got]; v_pl := v_pl[1:v_got];
-                        v_hd := v_hd[1:v_got]; v_gr := v_gr[1:v_got]; v_pa := v_pa[1:v_got]; v_da := v_da[1:v_got];
-                        v_used := (SELECT sum(x) FROM unnest(v_sz[1:v_got]) AS x);
+            -- Phase 1: transactions running at lo that committed by hi;
+            -- phase 2: the txid range [xmax(lo), xmax(hi)), skipping what hi
+            -- saw running.
+            FOR v_phase IN 1..2 LOOP
+                IF v_phase = 1 THEN
+                    CONTINUE WHEN v_ptx >= v_lo_xmax;
+                    v_running := ARRAY(SELECT x FROM pg_snapshot_xip(o_lo) AS x
+                                       WHERE x >= v_ptx AND pg_visible_in_snapshot(x, o_hi) ORDER BY x);
+                    IF cardinality(v_running) = 0 THEN
+                        v_ptx := v_lo_xmax;
+                        v_pid := 0;
+                        CONTINUE;
                     END IF;
-                    v_bytes := v_bytes - coalesce(v_used, 0);
-                    IF v_got > 0 THEN
-                        o_ids := o_ids || v_ids;
-                        o_txids := o_txids || v_txids;
-                        o_payloads := o_payloads || v_pl;
-                        o_headers := o_headers || v_hd;
-                        o_groups := o_groups || v_gr;
-                        o_published := o_published || v_pa;
-                        v_deliver := v_deliver || v_da;
-                        v_ptx := v_txids[v_got];
-                        v_pid := v_ids[v_got];
-                        v_left := v_left - v_got;
-                    END IF;
-                    IF v_left = 0 OR v_cut THEN
-                        v_full := true;
-                        EXIT windows;
-                    END IF;
+                    v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_running[1]));
+                ELSE
+                    CONTINUE WHEN v_ptx >= pg_snapshot_xmax(o_hi);
+                    v_running := NULL;
+                    v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_ptx));
                 END IF;
-                v_ptx := v_lo_xmax;
-                v_pid := 0;
-            END IF;
-            -- Phase 2: the txid range [xmax(lo), xmax(hi)), skipping what hi saw running.
-            IF v_ptx < pg_snapshot_xmax(o_hi) THEN
-                v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_ptx));
-                EXECUTE format(v_sel, p_table, 'm.txid >= $4 AND m.txid < $2 AND m.txid <> ALL ($3)', v_filter, v_level)
-                    INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
-                    USING NULL::xid8[], pg_snapshot_xmax(o_hi), v_hi_xip, v_ptx, v_pid, v_min_id, v_left;
+                EXECUTE v_page INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
+                    USING v_running, pg_snapshot_xmax(o_hi), v_hi_xip, v_ptx, v_pid, v_min_id, v_left, v_mask, v_lvl;
                 v_got := coalesce(cardinality(v_ids), 0);
                 v_cut := false;
                 IF v_used > v_bytes THEN
@@ -190,7 +156,11 @@ BEGIN
                     v_full := true;
                     EXIT windows;
                 END IF;
-            END IF;
+                IF v_phase = 1 THEN
+                    v_ptx := v_lo_xmax;
+                    v_pid := 0;
+                END IF;
+            END LOOP;
             -- This level is used up: the next one starts where the window's
             -- commit-order part ended.
             v_lvl := v_lvl - 1;

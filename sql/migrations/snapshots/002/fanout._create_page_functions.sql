@@ -19,7 +19,11 @@
 -- page query on every page (dynamic SQL over the partitioned table) cost
 -- more than running it. A further predicate (e.g. a key range) goes into
 -- v_where below, once, for both phases.
--- Nobody but the owner may call it. Tables: fanout.topic; creates a function.
+-- Also m<id>_page_prio(the same arguments, p_level): the same page of one
+-- priority level for fanout._window_page_priority, whose cursor is that
+-- level's: level 0 (priority NULL) through the (txid, id) index, levels
+-- 1..9 through the partial index (priority, txid, id).
+-- Nobody but the owner may call them. Tables: fanout.topic; creates functions.
 CREATE OR REPLACE FUNCTION fanout._create_page_functions(p_topic_id bigint)
 RETURNS void
 LANGUAGE plpgsql
@@ -30,6 +34,8 @@ DECLARE
     v_ref   boolean;
     v_where text;
     v_sel   text;
+    v_phase1 text := 'm.txid = ANY (p_running)';
+    v_phase2 text := 'm.txid >= p_cur_txid AND m.txid < p_to AND m.txid <> ALL (p_skip)';
 BEGIN
     SELECT t.data_table, t.completion = 'reference' INTO STRICT v_table, v_ref
     FROM fanout.topic t WHERE t.topic_id = p_topic_id;
@@ -48,7 +54,7 @@ BEGIN
                                   ELSE octet_length(m.headers::text) END
                            + coalesce(octet_length(m.message_group), 0) AS sz
                     FROM fanout_data.' || quote_ident(v_table) || ' m
-                    WHERE %s ' || v_where || '
+                    WHERE %s ' || v_where || ' %s
                     ORDER BY m.txid, m.id LIMIT p_limit) s;';
     EXECUTE format($ddl$
         CREATE OR REPLACE FUNCTION fanout_data.%1$I(
@@ -75,9 +81,42 @@ BEGIN
             END IF;
         END
         $body$$ddl$, v_table || '_page',
-        format(v_sel, 'm.txid = ANY (p_running)'),
-        format(v_sel, 'm.txid >= p_cur_txid AND m.txid < p_to AND m.txid <> ALL (p_skip)'));
+        format(v_sel, v_phase1, ''),
+        format(v_sel, v_phase2, ''));
+    EXECUTE format($ddl$
+        CREATE OR REPLACE FUNCTION fanout_data.%1$I(
+            p_running xid8[], p_to xid8, p_skip xid8[], p_cur_txid xid8, p_cur_id bigint, p_min_id bigint,
+            p_limit int, p_mask bigint, p_level int,
+            OUT o_ids bigint[], OUT o_txids xid8[], OUT o_payloads jsonb[], OUT o_headers jsonb[],
+            OUT o_groups text[], OUT o_published timestamptz[], OUT o_deliver timestamptz[],
+            OUT o_sizes int[], OUT o_bytes bigint)
+        LANGUAGE plpgsql
+        SET search_path = pg_catalog, fanout, pg_temp
+        SET enable_bitmapscan = off
+        SET enable_seqscan = off
+        SET enable_sort = off
+        SET jit = off
+        SET plan_cache_mode = force_generic_plan
+        AS $body$
+        BEGIN
+            IF p_level = 0 AND p_running IS NOT NULL THEN
+                %2$s
+            ELSIF p_level = 0 THEN
+                %3$s
+            ELSIF p_running IS NOT NULL THEN
+                %4$s
+            ELSE
+                %5$s
+            END IF;
+        END
+        $body$$ddl$, v_table || '_page_prio',
+        format(v_sel, v_phase1, 'AND m.priority IS NULL'),
+        format(v_sel, v_phase2, 'AND m.priority IS NULL'),
+        format(v_sel, v_phase1, 'AND m.priority = p_level'),
+        format(v_sel, v_phase2, 'AND m.priority = p_level'));
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint) FROM PUBLIC',
                    v_table || '_page');
+    EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint, int) FROM PUBLIC',
+                   v_table || '_page_prio');
 END
 $fn$;
