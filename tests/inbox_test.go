@@ -207,6 +207,47 @@ func TestInboxDelayedDelivery(t *testing.T) {
 	require.Equal(t, int64(2), b.count(t, `SELECT scheduled FROM fanout.topics WHERE topic = 'in.later'`), "the hour-delayed pair is still scheduled")
 }
 
+// A run of delayed messages does not make a read come back empty while
+// undelayed ones follow it: a page of nothing but delayed messages is
+// followed by the next, up to 10 pages per read (bounded work), on plain
+// and prioritized topics.
+func TestInboxDelayedRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, topic := range []string{"in.run", "in.run.prio"} {
+		b.createTopic(t, b.Pool, topic)
+		if topic == "in.run.prio" {
+			first := b.pubPrio(t, b.Pool, topic, 5)
+			ms := b.read(t, b.Pool, topic, nil, "c", 10, "30 seconds")
+			require.Equal(t, []int64{first}, ids(ms))
+			b.ack(t, b.Pool, ms[0].LeaseID, nil)
+		}
+		after := func(delayed int) []int64 {
+			_, err := b.Pool.Exec(b.ctx, `SELECT fanout.publish_batch($1, array_fill('{"d":1}'::jsonb, ARRAY[$2::int]),
+				delay => '1 hour')`, topic, delayed)
+			require.NoError(t, err)
+			rows, err := b.Pool.Query(b.ctx, `SELECT fanout.publish_batch($1, array_fill('{"d":0}'::jsonb, ARRAY[5]))`, topic)
+			require.NoError(t, err)
+			undelayed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			require.NoError(t, err)
+			return undelayed
+		}
+		take := func() []int64 {
+			ms := b.read(t, b.Pool, topic, nil, "c", 100, "30 seconds")
+			if len(ms) > 0 {
+				b.ack(t, b.Pool, ms[0].LeaseID, nil)
+			}
+			return ids2(ms)
+		}
+		undelayed := after(250)
+		require.Equal(t, undelayed, take(), "%s: the undelayed messages behind 250 delayed ones in one read", topic)
+		undelayed = after(1000)
+		require.Empty(t, take(), "%s: 10 pages of delayed messages at most per read", topic)
+		require.Equal(t, undelayed, take(), "%s: the next read goes on", topic)
+		require.Equal(t, int64(1250), b.count(t, `SELECT scheduled FROM fanout.topics WHERE topic = $1`, topic))
+	}
+}
+
 // replay re-delivers what the group already got, by id; it refuses ids the
 // group has not been handed yet and ids that are not retained.
 func TestInboxReplay(t *testing.T) {

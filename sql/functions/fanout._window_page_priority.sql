@@ -76,6 +76,7 @@ DECLARE
     -- $7 the limit, $8 the reference-mode mask, $9 the level.
     v_page    text := format('SELECT * FROM fanout_data.%I($1, $2, $3, $4, $5, $6, $7, $8, $9)', p_table || '_page_prio');
     v_full    boolean := false;
+    v_pages   int := 0;
 BEGIN
     SELECT g.win_lo, g.win_hi, g.cur_txid, g.cur_id, coalesce(g.effective_start_id, 0), g.bit_no,
            g.prio_level, g.prio_txid, g.prio_id
@@ -104,92 +105,122 @@ BEGIN
     o_groups := '{}';
     o_published := '{}';
     o_changed := false;
-    <<windows>>
+    <<pages>>
     LOOP
-        v_lo_xmax := pg_snapshot_xmax(o_lo);
-        v_hi_xip := ARRAY(SELECT pg_snapshot_xip(o_hi));
-        WHILE v_lvl >= 0 LOOP
-            -- Phase 1: transactions running at lo that committed by hi;
-            -- phase 2: the txid range [xmax(lo), xmax(hi)), skipping what hi
-            -- saw running.
-            FOR v_phase IN 1..2 LOOP
-                IF v_phase = 1 THEN
-                    CONTINUE WHEN v_ptx >= v_lo_xmax;
-                    v_running := ARRAY(SELECT x FROM pg_snapshot_xip(o_lo) AS x
-                                       WHERE x >= v_ptx AND pg_visible_in_snapshot(x, o_hi) ORDER BY x);
-                    IF cardinality(v_running) = 0 THEN
+        <<windows>>
+        LOOP
+            v_lo_xmax := pg_snapshot_xmax(o_lo);
+            v_hi_xip := ARRAY(SELECT pg_snapshot_xip(o_hi));
+            WHILE v_lvl >= 0 LOOP
+                -- Phase 1: transactions running at lo that committed by hi;
+                -- phase 2: the txid range [xmax(lo), xmax(hi)), skipping what hi
+                -- saw running.
+                FOR v_phase IN 1..2 LOOP
+                    IF v_phase = 1 THEN
+                        CONTINUE WHEN v_ptx >= v_lo_xmax;
+                        v_running := ARRAY(SELECT x FROM pg_snapshot_xip(o_lo) AS x
+                                           WHERE x >= v_ptx AND pg_visible_in_snapshot(x, o_hi) ORDER BY x);
+                        IF cardinality(v_running) = 0 THEN
+                            v_ptx := v_lo_xmax;
+                            v_pid := 0;
+                            CONTINUE;
+                        END IF;
+                        v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_running[1]));
+                    ELSE
+                        CONTINUE WHEN v_ptx >= pg_snapshot_xmax(o_hi);
+                        v_running := NULL;
+                        v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_ptx));
+                    END IF;
+                    EXECUTE v_page INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
+                        USING v_running, pg_snapshot_xmax(o_hi), v_hi_xip, v_ptx, v_pid, v_min_id, v_left, v_mask, v_lvl;
+                    v_got := coalesce(cardinality(v_ids), 0);
+                    v_cut := false;
+                    IF v_used > v_bytes THEN
+                        v_got := fanout._page_fit(v_sz, v_bytes, cardinality(o_ids) = 0);
+                        v_cut := v_got < cardinality(v_ids);
+                        v_ids := v_ids[1:v_got]; v_txids := v_txids[1:v_got]; v_pl := v_pl[1:v_got];
+                        v_hd := v_hd[1:v_got]; v_gr := v_gr[1:v_got]; v_pa := v_pa[1:v_got]; v_da := v_da[1:v_got];
+                        v_used := (SELECT sum(x) FROM unnest(v_sz[1:v_got]) AS x);
+                    END IF;
+                    v_bytes := v_bytes - coalesce(v_used, 0);
+                    IF v_got > 0 THEN
+                        o_ids := o_ids || v_ids;
+                        o_txids := o_txids || v_txids;
+                        o_payloads := o_payloads || v_pl;
+                        o_headers := o_headers || v_hd;
+                        o_groups := o_groups || v_gr;
+                        o_published := o_published || v_pa;
+                        v_deliver := v_deliver || v_da;
+                        v_ptx := v_txids[v_got];
+                        v_pid := v_ids[v_got];
+                        v_left := v_left - v_got;
+                    END IF;
+                    IF v_left = 0 OR v_cut THEN
+                        v_full := true;
+                        EXIT windows;
+                    END IF;
+                    IF v_phase = 1 THEN
                         v_ptx := v_lo_xmax;
                         v_pid := 0;
-                        CONTINUE;
                     END IF;
-                    v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_running[1]));
-                ELSE
-                    CONTINUE WHEN v_ptx >= pg_snapshot_xmax(o_hi);
-                    v_running := NULL;
-                    v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_ptx));
-                END IF;
-                EXECUTE v_page INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
-                    USING v_running, pg_snapshot_xmax(o_hi), v_hi_xip, v_ptx, v_pid, v_min_id, v_left, v_mask, v_lvl;
-                v_got := coalesce(cardinality(v_ids), 0);
-                v_cut := false;
-                IF v_used > v_bytes THEN
-                    v_got := fanout._page_fit(v_sz, v_bytes, cardinality(o_ids) = 0);
-                    v_cut := v_got < cardinality(v_ids);
-                    v_ids := v_ids[1:v_got]; v_txids := v_txids[1:v_got]; v_pl := v_pl[1:v_got];
-                    v_hd := v_hd[1:v_got]; v_gr := v_gr[1:v_got]; v_pa := v_pa[1:v_got]; v_da := v_da[1:v_got];
-                    v_used := (SELECT sum(x) FROM unnest(v_sz[1:v_got]) AS x);
-                END IF;
-                v_bytes := v_bytes - coalesce(v_used, 0);
-                IF v_got > 0 THEN
-                    o_ids := o_ids || v_ids;
-                    o_txids := o_txids || v_txids;
-                    o_payloads := o_payloads || v_pl;
-                    o_headers := o_headers || v_hd;
-                    o_groups := o_groups || v_gr;
-                    o_published := o_published || v_pa;
-                    v_deliver := v_deliver || v_da;
-                    v_ptx := v_txids[v_got];
-                    v_pid := v_ids[v_got];
-                    v_left := v_left - v_got;
-                END IF;
-                IF v_left = 0 OR v_cut THEN
-                    v_full := true;
-                    EXIT windows;
-                END IF;
-                IF v_phase = 1 THEN
-                    v_ptx := v_lo_xmax;
-                    v_pid := 0;
-                END IF;
+                END LOOP;
+                -- This level is used up: the next one starts where the window's
+                -- commit-order part ended.
+                v_lvl := v_lvl - 1;
+                v_ptx := o_cur_txid;
+                v_pid := o_cur_id;
             END LOOP;
-            -- This level is used up: the next one starts where the window's
-            -- commit-order part ended.
-            v_lvl := v_lvl - 1;
+
+            -- The window is used up: its cursor moves to its end.
+            IF o_cur_txid < pg_snapshot_xmax(o_hi) OR o_cur_id <> 0 THEN
+                o_cur_txid := pg_snapshot_xmax(o_hi);
+                o_cur_id := 0;
+                o_changed := true;
+            END IF;
+            v_lvl := 9;
+            v_ptx := o_cur_txid;
+            v_pid := o_cur_id;
+            EXIT WHEN v_rounds >= 2;
+            v_new := fanout._next_window(p_topic_id, v_bit, o_hi);
+            EXIT WHEN v_new::text = o_hi::text;
+            o_lo := o_hi;
+            o_hi := v_new;
+            o_cur_txid := '0';
+            o_cur_id := 0;
+            o_changed := true;
+            v_rounds := v_rounds + 1;
+            v_start := 0;
+            v_lvl := 9;
             v_ptx := o_cur_txid;
             v_pid := o_cur_id;
         END LOOP;
 
-        -- The window is used up: its cursor moves to its end.
-        IF o_cur_txid < pg_snapshot_xmax(o_hi) OR o_cur_id <> 0 THEN
-            o_cur_txid := pg_snapshot_xmax(o_hi);
-            o_cur_id := 0;
-            o_changed := true;
+        -- Delayed messages not due yet wait in the retry table (as in fanout._window_page).
+        IF EXISTS (SELECT 1 FROM unnest(v_deliver) AS d WHERE d > v_now) THEN
+            INSERT INTO fanout.retry (group_id, message_id, txid, attempt, not_before)
+            SELECT p_group_id, u.id, u.tx, 0, u.d
+            FROM unnest(o_ids, o_txids, v_deliver) AS u(id, tx, d)
+            WHERE u.d > v_now
+            ON CONFLICT DO NOTHING;
+            SELECT coalesce(array_agg(u.id ORDER BY u.ord), '{}'), coalesce(array_agg(u.tx ORDER BY u.ord), '{}'),
+                   coalesce(array_agg(u.p ORDER BY u.ord), '{}'), coalesce(array_agg(u.h ORDER BY u.ord), '{}'),
+                   coalesce(array_agg(u.g ORDER BY u.ord), '{}'), coalesce(array_agg(u.pa ORDER BY u.ord), '{}')
+            INTO o_ids, o_txids, o_payloads, o_headers, o_groups, o_published
+            FROM unnest(o_ids, o_txids, o_payloads, o_headers, o_groups, o_published, v_deliver)
+                 WITH ORDINALITY AS u(id, tx, p, h, g, pa, d, ord)
+            WHERE u.d IS NULL OR u.d <= v_now;
+            -- A full page of delayed messages only: read on from the cursor
+            -- (as in fanout._window_page).
+            IF cardinality(o_ids) = 0 AND v_full AND v_pages < 9 THEN
+                v_pages := v_pages + 1;
+                v_left := p_limit;
+                v_bytes := coalesce(p_max_bytes, 9223372036854775807);
+                v_deliver := '{}';
+                v_full := false;
+                CONTINUE pages;
+            END IF;
         END IF;
-        v_lvl := 9;
-        v_ptx := o_cur_txid;
-        v_pid := o_cur_id;
-        EXIT WHEN v_rounds >= 2;
-        v_new := fanout._next_window(p_topic_id, v_bit, o_hi);
-        EXIT WHEN v_new::text = o_hi::text;
-        o_lo := o_hi;
-        o_hi := v_new;
-        o_cur_txid := '0';
-        o_cur_id := 0;
-        o_changed := true;
-        v_rounds := v_rounds + 1;
-        v_start := 0;
-        v_lvl := 9;
-        v_ptx := o_cur_txid;
-        v_pid := o_cur_id;
+        EXIT pages;
     END LOOP;
 
     -- The priority cursor: NULL once the window is used up.
@@ -202,22 +233,6 @@ BEGIN
         UPDATE fanout.consumer_group g SET prio_level = v_lvl, prio_txid = v_ptx, prio_id = v_pid
         WHERE g.group_id = p_group_id;
         o_changed := true;
-    END IF;
-
-    -- Delayed messages not due yet wait in the retry table (as in fanout._window_page).
-    IF EXISTS (SELECT 1 FROM unnest(v_deliver) AS d WHERE d > v_now) THEN
-        INSERT INTO fanout.retry (group_id, message_id, txid, attempt, not_before)
-        SELECT p_group_id, u.id, u.tx, 0, u.d
-        FROM unnest(o_ids, o_txids, v_deliver) AS u(id, tx, d)
-        WHERE u.d > v_now
-        ON CONFLICT DO NOTHING;
-        SELECT coalesce(array_agg(u.id ORDER BY u.ord), '{}'), coalesce(array_agg(u.tx ORDER BY u.ord), '{}'),
-               coalesce(array_agg(u.p ORDER BY u.ord), '{}'), coalesce(array_agg(u.h ORDER BY u.ord), '{}'),
-               coalesce(array_agg(u.g ORDER BY u.ord), '{}'), coalesce(array_agg(u.pa ORDER BY u.ord), '{}')
-        INTO o_ids, o_txids, o_payloads, o_headers, o_groups, o_published
-        FROM unnest(o_ids, o_txids, o_payloads, o_headers, o_groups, o_published, v_deliver)
-             WITH ORDINALITY AS u(id, tx, p, h, g, pa, d, ord)
-        WHERE u.d IS NULL OR u.d <= v_now;
     END IF;
 END
 $fn$;
