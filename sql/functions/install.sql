@@ -19,6 +19,7 @@
 {{ template "fanout._create_partition.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
 {{ template "fanout._delivery_time.sql" . }}
+{{ template "fanout._done_bits.sql" . }}
 {{ template "fanout._effective_start.sql" . }}
 {{ template "fanout._enter.sql" . }}
 {{ template "fanout._grant_matches.sql" . }}

@@ -5,7 +5,8 @@
 -- no transaction that may have rows in it waits for its stamps to be
 -- reconciled, no backfill still has to stamp it, every message in it is COMPLETED (or unclaimed and past
 -- zero_subscription_retention) and it closed more than retention ago.
--- Reads fanout.consumer_group, fanout.lease, fanout.retry, the partition.
+-- Reads fanout.consumer_group, fanout.lease, fanout.retry, the partition (and
+-- in reference mode its completion partition m<topic_id>_done_p<n>).
 CREATE OR REPLACE FUNCTION fanout._partition_droppable(p_t fanout.topic, p_part fanout.partition, p_now timestamptz)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
@@ -34,10 +35,15 @@ BEGIN
         END IF;
         -- Every message COMPLETED; unclaimed ones (no group required them)
         -- stay for zero_subscription_retention.
+        -- (done bits from the partition's completion rows, one hash
+        -- aggregate: fanout._complete_bits).
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM fanout_data.%1$I m
-                                       WHERE (m.required_groups & ~m.completed_groups) <> 0),
+                                       LEFT JOIN (SELECT u.id, bit_or(1::bigint << d.bit) AS bits
+                                                  FROM fanout_data.%2$I d CROSS JOIN LATERAL unnest(d.ids) AS u(id)
+                                                  GROUP BY u.id) c ON c.id = m.id
+                                       WHERE (m.required_groups & ~coalesce(c.bits, 0)) <> 0),
                                EXISTS (SELECT 1 FROM fanout_data.%1$I m WHERE m.required_groups = 0)',
-                       p_part.relname) INTO v_pending, v_unclaimed;
+                       p_part.relname, p_t.data_table || '_done_p' || p_part.part_no) INTO v_pending, v_unclaimed;
         RETURN NOT v_pending AND p_now - p_part.closed_at >= p_t.retention
            AND (NOT v_unclaimed OR p_now - p_part.closed_at >= p_t.zero_subscription_retention);
     END IF;
