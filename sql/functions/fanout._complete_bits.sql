@@ -14,7 +14,7 @@
 -- Returns how many completion rows were written (one per storage partition).
 -- Raises PGQ15 (ack by a paused reference-mode group).
 -- Tables: fanout.consumer_group, fanout.topic, fanout_data.m<topic_id>,
--- fanout_data.m<topic_id>_done.
+-- fanout_data.m<topic_id>_done (through fanout_data.m<topic_id>_done_add).
 CREATE OR REPLACE FUNCTION fanout._complete_bits(
     p_group_id bigint, p_ids bigint[], p_txids xid8[], p_acking boolean, p_only bigint[] DEFAULT NULL)
 RETURNS int
@@ -38,19 +38,10 @@ BEGIN
         RAISE EXCEPTION 'group % is paused; its acks are refused until it resumes', quote_literal(v_group)
             USING ERRCODE = 'PGQ15', DETAIL = 'current status: paused';
     END IF;
-    -- One row per storage partition (ids k << 32 .. (k + 1) << 32). The probe
-    -- for a message of the range skips a partition that cleanup emptied: its
-    -- completion partition may be dropped already. Both tables' partition
-    -- lists are read when this statement locks them, so they agree.
-    EXECUTE format(
-        'INSERT INTO fanout_data.%1$I (bit, lo, hi, ids)
-         SELECT $1, s.lo, s.hi, s.ids
-         FROM (SELECT min(u.id) AS lo, max(u.id) AS hi, array_agg(DISTINCT u.id ORDER BY u.id) AS ids
-               FROM unnest($2::bigint[]) AS u(id) WHERE u.id IS NOT NULL GROUP BY u.id >> 32) s
-         WHERE EXISTS (SELECT 1 FROM fanout_data.%2$I m WHERE m.id >= s.lo AND m.id <= s.hi)',
-        v_table || '_done', v_table)
-        USING v_bit::smallint, coalesce(p_only, p_ids);
-    GET DIAGNOSTICS v_n = ROW_COUNT;
+    -- One row per storage partition, through the topic's generated function
+    -- (static SQL, planned once per session: fanout._create_done_function).
+    EXECUTE format('SELECT fanout_data.%I($1, $2)', v_table || '_done_add')
+        INTO v_n USING v_bit::smallint, coalesce(p_only, p_ids);
     RETURN v_n;
 END
 $fn$;

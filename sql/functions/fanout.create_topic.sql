@@ -187,6 +187,9 @@ BEGIN
     PERFORM fanout._create_partition(v_new.topic_id, 0);
     PERFORM fanout._create_insert_functions(v_new.topic_id);
     PERFORM fanout._create_page_functions(v_new.topic_id);
+    IF v_new.completion = 'reference' THEN
+        PERFORM fanout._create_done_function(v_new.topic_id);
+    END IF;
     IF v_new.notify THEN
         PERFORM fanout._set_notify(v_new.topic_id, true);
     END IF;

@@ -45,6 +45,7 @@ BEGIN
     END IF;
     EXECUTE format('DROP TABLE fanout_data.%I', v_t.data_table);
     EXECUTE format('DROP TABLE IF EXISTS fanout_data.%I', v_t.data_table || '_done');  -- reference mode
+    EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(smallint, bigint[])', v_t.data_table || '_done_add');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(jsonb, jsonb, text)', v_t.data_table || '_insert');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(jsonb[], jsonb[], text[])', v_t.data_table || '_insert_batch');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(bigint, jsonb, jsonb, text, timestamptz, smallint, bigint)',

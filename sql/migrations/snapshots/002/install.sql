@@ -14,6 +14,7 @@
 {{ template "fanout._check_subscribe_limits.sql" . }}
 {{ template "fanout._check_topic_settings.sql" . }}
 {{ template "fanout._complete_bits.sql" . }}
+{{ template "fanout._create_done_function.sql" . }}
 {{ template "fanout._create_insert_functions.sql" . }}
 {{ template "fanout._create_page_functions.sql" . }}
 {{ template "fanout._create_partition.sql" . }}
