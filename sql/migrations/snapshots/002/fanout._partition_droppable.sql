@@ -17,6 +17,8 @@ DECLARE
     v_pinning   int := 0;
     v_pending   boolean;
     v_unclaimed boolean;
+    v_ids       bigint[];
+    v_reqs      bigint[];
 BEGIN
     IF p_t.completion = 'reference' THEN
         -- A transaction whose stamps wait to be reconciled may have rows
@@ -31,6 +33,20 @@ BEGIN
         IF EXISTS (SELECT 1 FROM fanout.bitmap_job j JOIN fanout.consumer_group cg ON cg.group_id = j.group_id
                    WHERE cg.topic_id = p_t.topic_id AND j.kind = 'backfill'
                      AND j.status IN ('not_started', 'in_progress') AND j.from_id < p_part.hi_id) THEN
+            RETURN false;
+        END IF;
+        IF p_now - p_part.closed_at < p_t.retention THEN
+            RETURN false;
+        END IF;
+        -- A lagging group has usually not acked the newest messages: look at
+        -- those first (index look-ups), so that a partition kept by a
+        -- lagging group costs a probe per cleanup round, not a pass.
+        EXECUTE format('SELECT array_agg(m.id), array_agg(m.required_groups)
+                        FROM (SELECT id, required_groups FROM fanout_data.%I ORDER BY id DESC LIMIT 100) m',
+                       p_part.relname) INTO v_ids, v_reqs;
+        IF EXISTS (SELECT 1 FROM unnest(v_ids, v_reqs) AS x(id, req)
+                   LEFT JOIN fanout._done_bits(p_t.data_table, v_ids) d ON d.id = x.id
+                   WHERE (x.req & ~coalesce(d.bits, 0)) <> 0) THEN
             RETURN false;
         END IF;
         -- Every message COMPLETED; unclaimed ones (no group required them)
