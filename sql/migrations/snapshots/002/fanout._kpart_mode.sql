@@ -5,7 +5,8 @@
 -- group) while the group has an open, unexpired lease, or the other mode
 -- was used within least(heartbeat_timeout, 30 seconds): a live automatic
 -- owner, or an explicit read. A switch to explicit frees every partition
--- (generation bumped). Locks the group row (only on a change).
+-- (generation bumped). Locks the group row only to set or change the mode
+-- (the first read of a group, or a switch).
 -- Tables: fanout.consumer_group, fanout.kpart, fanout.member, fanout.lease.
 CREATE OR REPLACE FUNCTION fanout._kpart_mode(
     p_t fanout.topic, p_group_id bigint, p_explicit boolean, p_now timestamptz)
@@ -18,6 +19,23 @@ DECLARE
     v_want text := CASE WHEN p_explicit THEN 'explicit' ELSE 'auto' END;
     v_live interval;
 BEGIN
+    -- The first read of a group sets the mode without a lock of its own:
+    -- concurrent first readers (a member storm) wait for the one update that
+    -- sets it, once, then see its choice. Locking the row first made every
+    -- one of them hold it for its whole read, one after the other.
+    UPDATE fanout.consumer_group g SET kpart_mode = v_want
+    WHERE g.group_id = p_group_id AND g.kpart_mode IS NULL;
+    IF FOUND THEN
+        IF p_explicit THEN
+            UPDATE fanout.kpart k SET owner = NULL, generation = k.generation + 1, owned_at = p_now
+            WHERE k.group_id = p_group_id AND k.owner IS NOT NULL;
+        END IF;
+        RETURN;
+    END IF;
+    IF (SELECT g.kpart_mode FROM fanout.consumer_group g WHERE g.group_id = p_group_id) = v_want THEN
+        RETURN;
+    END IF;
+    -- A switch: decided under the group row's lock.
     SELECT * INTO STRICT v_g FROM fanout.consumer_group g WHERE g.group_id = p_group_id FOR NO KEY UPDATE;
     IF v_g.kpart_mode IS NOT DISTINCT FROM v_want THEN
         RETURN;
