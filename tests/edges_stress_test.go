@@ -61,6 +61,9 @@ func TestEdgesStress(t *testing.T) {
 		require.NoError(t, err, sql)
 	}
 
+	if os.Getenv("PGQ_STRESS_AUDIT") != "" {
+		stressAudit(b.ctx, t, pool)
+	}
 	st := newStressState()
 	loadCtx, stopLoad := context.WithTimeout(b.ctx, time.Duration(seconds)*time.Second)
 	defer stopLoad()
@@ -140,6 +143,11 @@ func TestEdgesStress(t *testing.T) {
 		stressDiagnose(b.ctx, t, pool)
 		for _, g := range groups {
 			st.diagnoseMissing(b.ctx, t, pool, g)
+		}
+		if os.Getenv("PGQ_STRESS_AUDIT") != "" {
+			for _, g := range groups {
+				st.auditMissing(b.ctx, t, pool, g)
+			}
 		}
 	}
 	for _, g := range groups {
@@ -569,5 +577,76 @@ func (s *stressState) diagnoseMissing(ctx context.Context, t *testing.T, pool *p
 			continue
 		}
 		t.Logf("diagnose: %s", out)
+	}
+}
+
+// stressAudit (PGQ_STRESS_AUDIT=1) records every move of a group's position
+// with the topic's partitions at that moment, so that a missing message can
+// be traced to the read that passed it.
+func stressAudit(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
+	for _, sql := range []string{
+		`CREATE TABLE public.stress_pos (at timestamptz DEFAULT clock_timestamp(), pid int DEFAULT pg_backend_pid(),
+		   tx xid8 DEFAULT pg_current_xact_id(), group_id bigint, old_lo pg_snapshot, old_hi pg_snapshot,
+		   old_cur xid8, old_id bigint, new_lo pg_snapshot, new_hi pg_snapshot, new_cur xid8, new_id bigint,
+		   parts text, snap pg_snapshot DEFAULT pg_current_snapshot())`,
+		`CREATE FUNCTION public.stress_pos_trg() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+		 BEGIN
+		   INSERT INTO public.stress_pos (group_id, old_lo, old_hi, old_cur, old_id, new_lo, new_hi, new_cur, new_id, parts)
+		   VALUES (new.group_id, old.win_lo, old.win_hi, old.cur_txid, old.cur_id, new.win_lo, new.win_hi,
+		           new.cur_txid, new.cur_id,
+		           (SELECT string_agg(format('%s[%s,%s,%s]', p.part_no, p.created_xid, coalesce(p.txid_bound::text, 'open'),
+		                                     pg_xact_status(p.created_xid)), ' ' ORDER BY p.part_no)
+		              FROM fanout.partition p WHERE p.topic_id = new.topic_id));
+		   RETURN NULL;
+		 END $$`,
+		`CREATE TRIGGER stress_pos AFTER UPDATE ON fanout.consumer_group FOR EACH ROW
+		 WHEN (old.cur_txid IS DISTINCT FROM new.cur_txid OR old.cur_id IS DISTINCT FROM new.cur_id
+		       OR old.win_hi::text IS DISTINCT FROM new.win_hi::text)
+		 EXECUTE FUNCTION public.stress_pos_trg()`,
+	} {
+		_, err := pool.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+}
+
+// auditMissing logs the position moves of a group over windows that held a
+// missing message.
+func (s *stressState) auditMissing(ctx context.Context, t *testing.T, pool *pgxpool.Pool, g stressGroup) {
+	keys := s.owed(g)
+	s.mu.Lock()
+	var missing []string
+	for _, k := range keys {
+		if !s.got[g][k] && len(missing) < 2 {
+			missing = append(missing, k)
+		}
+	}
+	s.mu.Unlock()
+	table := map[string]string{"sq": "m1", "so": "m2", "sr": "m3"}[g.topic]
+	for _, k := range missing {
+		rows, err := pool.Query(ctx, `
+			SELECT format('%s pid %s tx %s: old lo=%s hi=%s cur=%s:%s -> new lo=%s hi=%s cur=%s:%s parts %s snap %s',
+			              a.at, a.pid, a.tx, a.old_lo, a.old_hi, a.old_cur, a.old_id, a.new_lo, a.new_hi, a.new_cur, a.new_id,
+			              a.parts, a.snap)
+			FROM fanout.topic tp
+			JOIN fanout.consumer_group cg ON cg.topic_id = tp.topic_id AND cg.group_name IS NOT DISTINCT FROM nullif($2, '')
+			CROSS JOIN LATERAL (SELECT x.id, x.txid FROM fanout_data.`+table+` x WHERE x.payload->>'k' = $3) m
+			JOIN public.stress_pos a ON a.group_id = cg.group_id
+			WHERE tp.topic = $1
+			  AND ((pg_visible_in_snapshot(m.txid, a.new_hi) AND NOT pg_visible_in_snapshot(m.txid, a.new_lo))
+			       OR (pg_visible_in_snapshot(m.txid, a.old_hi) AND NOT pg_visible_in_snapshot(m.txid, a.old_lo)))
+			ORDER BY a.at LIMIT 12`, g.topic, g.group, k)
+		if err != nil {
+			t.Logf("audit %s/%s %s: %v", g.topic, g.group, k, err)
+			continue
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Logf("audit %s/%s %s: %v", g.topic, g.group, k, err)
+			continue
+		}
+		t.Logf("audit %s/%s key %s:", g.topic, g.group, k)
+		for _, l := range lines {
+			t.Logf("  %s", l)
+		}
 	}
 }

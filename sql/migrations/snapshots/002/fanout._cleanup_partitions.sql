@@ -36,6 +36,7 @@ DECLARE
     v_forced   boolean;
     v_lost     bigint;
     v_total    bigint;
+    v_n        bigint;
     v_timeout  text := current_setting('lock_timeout');
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
@@ -100,27 +101,29 @@ BEGIN
                         CONTINUE;
                     END IF;
                     CONTINUE WHEN fanout._group_passed(g, v_p);
-                    v_lost := (SELECT u.messages FROM fanout._group_unread(g.group_id, NULL, v_p.relname) u)
-                        + (SELECT count(*) FROM fanout.retry r
-                           WHERE r.group_id = g.group_id AND r.message_id >= v_p.lo_id AND r.message_id < v_p.hi_id)
-                        + (SELECT count(*) FROM fanout.seq_wait w
-                           WHERE w.group_id = g.group_id AND w.message_id >= v_p.lo_id AND w.message_id < v_p.hi_id)
-                        + (SELECT count(*) FROM fanout.lease l, unnest(l.msg_ids) AS x
-                           WHERE l.group_id = g.group_id AND l.open_count > 0
-                             AND x >= v_p.lo_id AND x < v_p.hi_id
-                             AND x <> ALL (l.settled) AND x <> ALL (l.reclaimed));
+                    -- The loss is what this call takes away: the rows the
+                    -- group has not read, and the retries, sequence waiters
+                    -- and open lease entries it removes, counted as removed
+                    -- (an ack that settled some of them meanwhile wins, and
+                    -- they are not lost).
+                    v_lost := (SELECT u.messages FROM fanout._group_unread(g.group_id, NULL, v_p.relname) u);
                     DELETE FROM fanout.retry r
                     WHERE r.group_id = g.group_id AND r.message_id >= v_p.lo_id AND r.message_id < v_p.hi_id;
+                    GET DIAGNOSTICS v_n = ROW_COUNT;
+                    v_lost := v_lost + v_n;
                     DELETE FROM fanout.seq_wait w
                     WHERE w.group_id = g.group_id AND w.message_id >= v_p.lo_id AND w.message_id < v_p.hi_id;
-                    PERFORM fanout._lease_settle(lost.lease_id, lost.ids, true, false)
-                    FROM (SELECT l2.lease_id, array_agg(x) AS ids
-                          FROM fanout.lease l2, unnest(l2.msg_ids) AS x
-                          WHERE l2.group_id = g.group_id AND l2.open_count > 0
-                            AND x >= v_p.lo_id AND x < v_p.hi_id
-                            AND x <> ALL (l2.settled) AND x <> ALL (l2.reclaimed)
-                          GROUP BY l2.lease_id
-                          ORDER BY l2.lease_id) lost;
+                    GET DIAGNOSTICS v_n = ROW_COUNT;
+                    v_lost := v_lost + v_n;
+                    v_lost := v_lost + coalesce((
+                        SELECT sum(fanout._lease_settle(lost.lease_id, lost.ids, true, false))
+                        FROM (SELECT l2.lease_id, array_agg(x) AS ids
+                              FROM fanout.lease l2, unnest(l2.msg_ids) AS x
+                              WHERE l2.group_id = g.group_id AND l2.open_count > 0
+                                AND x >= v_p.lo_id AND x < v_p.hi_id
+                                AND x <> ALL (l2.settled) AND x <> ALL (l2.reclaimed)
+                              GROUP BY l2.lease_id
+                              ORDER BY l2.lease_id) lost), 0);
                     IF v_lost > 0 THEN
                         UPDATE fanout.consumer_group cg SET lost_messages = cg.lost_messages + v_lost
                         WHERE cg.group_id = g.group_id;
