@@ -95,8 +95,8 @@ func (matrixScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 	n := ackDeadlocks.Load() - dl0
 	out = append(out, Result{Scenario: "matrix", Case: "fanout.ack deadlocks (40P01), all rows (info)", Unit: "acks",
 		Value: float64(n), Ratio: ratio(0, 0), ValueText: fmt.Sprintf("%d (retried)", n),
-		Note: "reference mode: concurrent acks of different groups update the same message rows' completed_groups " +
-			"(fanout._complete_bits: UPDATE … WHERE id = ANY(…), row lock order not fixed); the harness retries the ack"})
+		Note: "acks lock no message rows (reference mode records completion in m<id>_done, fanout._complete_bits); " +
+			"a deadlock here would come from the catalog rows; the harness retries the ack"})
 	return out, nil
 }
 

@@ -531,7 +531,8 @@ func stressDiagnose(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 		   FROM fanout.bitmap_job WHERE status IN ('not_started', 'in_progress')`,
 		`SELECT coalesce(string_agg(format('bit %s: required %s, completed %s', b, r, c), E'\n'), 'no messages')
 		   FROM (SELECT b, count(*) FILTER (WHERE (m.required_groups & (1::bigint << b)) <> 0) AS r,
-		                count(*) FILTER (WHERE (m.completed_groups & (1::bigint << b)) <> 0) AS c
+		                (SELECT count(DISTINCT u.id) FROM fanout_data.m3_done d, unnest(d.ids) AS u(id)
+		                  WHERE d.bit = b) AS c
 		           FROM fanout_data.m3 m, generate_series(0, 4) AS b GROUP BY b) x`,
 		`SELECT coalesce(string_agg(format('pid %s waits %s: %s', pid, wait_event, left(query, 80)), E'\n'), 'no waiters')
 		   FROM pg_stat_activity WHERE wait_event_type = 'Lock'`,

@@ -9,7 +9,8 @@ import (
 )
 
 // qDigest is a fingerprint of everything pgq stores in the database: the
-// catalog rows and every message table's contents. Bad input must leave it
+// catalog rows and every table in fanout_data (messages, reference-mode
+// completion rows), in text order. Bad input must leave it
 // unchanged (docs/design.md §3.8: no partial state).
 func (b *bundle) qDigest(t *testing.T) string {
 	t.Helper()
@@ -26,7 +27,7 @@ func (b *bundle) qDigest(t *testing.T) string {
 		    (SELECT string_agg(x::text, ',' ORDER BY x.event_id) FROM fanout.event_log x),
 		    (SELECT string_agg(c.relname || '=' ||
 		                       (xpath('/row/c/text()', query_to_xml(format(
-		                           'SELECT count(*) || %L || coalesce(md5(string_agg(m::text, %L ORDER BY m.id)), %L) AS c FROM fanout_data.%I m',
+		                           'SELECT count(*) || %L || coalesce(md5(string_agg(m::text, %L ORDER BY m::text)), %L) AS c FROM fanout_data.%I m',
 		                           ':', ',', '',
 		                           c.relname), false, true, '')))[1]::text, ',' ORDER BY c.relname)
 		     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -5,7 +5,9 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -503,4 +505,109 @@ func TestReferenceCompletedImmutableAndPendingKept(t *testing.T) {
 	}
 	b.cleanup(t, "5 hours")
 	require.Equal(t, parts-1, b.partitions(t, "imm"), "once everyone acked, it goes")
+}
+
+// Invariant 7 (docs/design.md §3.7) holds in reference mode too: the consume
+// path (read, ack, nack, retries, lease expiry, dead letters) never updates
+// or deletes a message row. Completion goes into the topic's completion table
+// (fanout._complete_bits), so a group's ack does not rewrite the row (payload
+// included) for every group that shares it. Groups ack concurrently from two
+// connections, one nacks into dead letters, one lets a lease expire and
+// acks the re-delivery; cleanup then reclaims the partition by completion
+// (after the statistics are checked: a dropped partition takes them along).
+func TestReferenceConsumePathIsAppendOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := "ref.append.only"
+	b.refTopic(t, topic, "max_attempts => 2", "retention => '0'", "zero_subscription_retention => '0'")
+	for _, g := range []string{"A", "B", "C"} {
+		b.subscribe(t, topic, g)
+	}
+	producer, c1, c2 := b.Conn(t), b.Conn(t), b.Conn(t)
+	const total = 300
+	var all []int64
+	for i := 0; i < total/100; i++ {
+		all = append(all, b.qPublishN(t, producer, topic, i*100, 100)...)
+	}
+
+	// A and B ack the same messages at the same time, page by page.
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for i, g := range []string{"A", "B"} {
+		conn := []*pgx.Conn{c1, c2}[i]
+		wg.Add(1)
+		go func(g string, conn *pgx.Conn) {
+			defer wg.Done()
+			for n := 0; n < total; {
+				ms, err := readMsgs(b.ctx, conn, topic, &g, "w", 50, "1 minute")
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(ms) == 0 {
+					errs <- fmt.Errorf("group %s got %d of %d", g, n, total)
+					return
+				}
+				if _, err := conn.Exec(b.ctx, "SELECT fanout.ack($1)", ms[0].LeaseID); err != nil {
+					errs <- err
+					return
+				}
+				n += len(ms)
+			}
+		}(g, conn)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	// C: the first page's lease expires and is taken over (attempt 2); of
+	// every page, half is acked and half nacked twice (dead letters).
+	ms := b.read(t, c1, topic, ptr("C"), "c", 100, "1 second")
+	require.Len(t, ms, 100)
+	b.qWaitExpired(t, ms[0].LeaseID)
+	for page := 0; ; page++ {
+		require.Less(t, page, 100, "300 messages, 2 attempts each: never 100 pages")
+		ms = b.read(t, c1, topic, ptr("C"), "c", 50, "1 minute")
+		if len(ms) == 0 {
+			break
+		}
+		half := ids(ms)[:len(ms)/2]
+		require.Equal(t, len(half), b.ack(t, c1, ms[0].LeaseID, half))
+		b.qNack(t, c1, ms[0].LeaseID, nil, ptr("0"), "fail")
+	}
+	for _, id := range []int64{all[0], all[total/2], all[total-1]} {
+		_, _, st := b.bits(t, topic, id)
+		require.Equal(t, "completed", st, "message %d", id)
+	}
+	for _, c := range []*pgx.Conn{producer, c1, c2} {
+		_, err := c.Exec(b.ctx, "SELECT pg_stat_force_next_flush()")
+		require.NoError(t, err)
+		_, err = c.Exec(b.ctx, "SELECT 1")
+		require.NoError(t, err)
+	}
+	for {
+		var ins, upd, del int64
+		require.NoError(t, b.Pool.QueryRow(b.ctx, `
+			SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_upd), 0), coalesce(sum(n_tup_del), 0)
+			FROM pg_stat_user_tables
+			WHERE schemaname = 'fanout_data' AND relname NOT LIKE '%\_done\_p%'`).Scan(&ins, &upd, &del))
+		require.Zero(t, upd, "UPDATE on a message table")
+		require.Zero(t, del, "DELETE on a message table")
+		if ins >= total {
+			break
+		}
+		select {
+		case <-b.ctx.Done():
+			t.Fatalf("statistics never showed the %d inserts (saw %d)", total, ins)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+
+	// Completion lets cleanup reclaim the partition.
+	b.rotate(t)
+	parts := b.partitions(t, topic)
+	b.cleanup(t, "1 hour")
+	require.Less(t, b.partitions(t, topic), parts, "every message COMPLETED: its partition goes")
 }

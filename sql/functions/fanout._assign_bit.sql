@@ -2,8 +2,8 @@
 -- of topic p_t: held by no group row (cancelled groups keep theirs until
 -- subscription cleanup deletes them) and mentioned by no retained message, so
 -- a reused bit never inherits old state. Lowest free bit first.
--- Raises PGQ17 when all 64 are taken. Reads fanout.consumer_group and the
--- topic's message table (one scan).
+-- Raises PGQ17 when all 64 are taken. Reads fanout.consumer_group, the
+-- topic's message table and its completion table (one scan each).
 CREATE OR REPLACE FUNCTION fanout._assign_bit(p_t fanout.topic)
 RETURNS int
 LANGUAGE plpgsql
@@ -18,8 +18,9 @@ BEGIN
     SELECT coalesce(bit_or(1::bigint << g.bit_no), 0) INTO v_used
     FROM fanout.consumer_group g WHERE g.topic_id = p_t.topic_id AND g.bit_no IS NOT NULL;
     IF v_used <> -1 THEN
-        EXECUTE format('SELECT $1 | coalesce(bit_or(m.required_groups | m.completed_groups), 0) FROM fanout_data.%I m',
-                       p_t.data_table) INTO v_used USING v_used;
+        EXECUTE format('SELECT $1 | coalesce((SELECT bit_or(m.required_groups) FROM fanout_data.%I m), 0)
+                                  | coalesce((SELECT bit_or(1::bigint << d.bit) FROM fanout_data.%I d), 0)',
+                       p_t.data_table, p_t.data_table || '_done') INTO v_used USING v_used;
     END IF;
     SELECT b INTO v_bit FROM generate_series(0, 63) AS b WHERE (v_used & (1::bigint << b)) = 0 ORDER BY b LIMIT 1;
     IF v_bit IS NULL THEN

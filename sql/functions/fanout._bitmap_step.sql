@@ -9,8 +9,8 @@
 --             no group was subscribed);
 --   release   clears a dead or cancelled group's bit from required_groups of
 --             messages it has not completed, so they complete for the others.
--- COMPLETED messages (required_groups <> 0 and completed_groups covering it)
--- are never touched. The first step runs after the group's change committed:
+-- COMPLETED messages (required_groups <> 0 and the groups done with it,
+-- fanout._done_bits, covering it) are never touched. The first step runs after the group's change committed:
 -- it notes the last id assigned (upto_id) and the transactions then writing
 -- to the topic (fence_txids: only they can still commit rows stamped with the
 -- old bitmap); batches of batch_size ids then walk [from_id, upto_id] on the
@@ -26,7 +26,7 @@
 -- to 'failed' with last_error and logged (fanout._maint_failed), so it
 -- never blocks the other jobs.
 -- Tables: fanout.bitmap_job, fanout.consumer_group, fanout.topic,
--- fanout.event_log, fanout_data.m<topic_id>.
+-- fanout.event_log, fanout_data.m<topic_id>, fanout_data.m<topic_id>_done (read).
 CREATE OR REPLACE FUNCTION fanout._bitmap_step(p_now timestamptz DEFAULT now(), p_group_id bigint DEFAULT NULL)
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
@@ -41,6 +41,7 @@ DECLARE
     v_n     int;
     v_set   text;
     v_where text;
+    v_update text;
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
     SELECT j.* INTO v_j FROM fanout.bitmap_job j
@@ -59,14 +60,20 @@ BEGIN
         v_set := 'required_groups = m.required_groups | $1';
         -- pending_only: messages some group still has to ack; all_retained:
         -- also those published while no group was subscribed (unclaimed).
-        v_where := '(m.required_groups & $1) = 0 AND (m.completed_groups & $1) = 0 AND '
+        v_where := '(m.required_groups & $1) = 0 AND (c.done & $1) = 0 AND '
                    || CASE WHEN v_j.scope = 'pending_only'
-                           THEN '(m.required_groups & ~m.completed_groups) <> 0'
-                           ELSE '(m.required_groups = 0 OR (m.required_groups & ~m.completed_groups) <> 0)' END;
+                           THEN '(m.required_groups & ~c.done) <> 0'
+                           ELSE '(m.required_groups = 0 OR (m.required_groups & ~c.done) <> 0)' END;
     ELSE
         v_set := 'required_groups = m.required_groups & ~$1';
-        v_where := '(m.required_groups & $1) <> 0 AND (m.completed_groups & $1) = 0';
+        v_where := '(m.required_groups & $1) <> 0 AND (c.done & $1) = 0';
     END IF;
+    -- c.done: the groups done with the message (fanout._done_bits).
+    v_update := format('UPDATE fanout_data.%I m SET %s
+                        FROM (SELECT x.id, coalesce(d.bits, 0) AS done
+                              FROM unnest($2::bigint[]) AS x(id)
+                              LEFT JOIN fanout._done_bits($3, $2) d ON d.id = x.id) c
+                        WHERE m.id = c.id AND %s', v_t.data_table, v_set, v_where);
 
     IF v_j.status = 'not_started' THEN
         -- Writers still running now may commit rows stamped with the old
@@ -94,8 +101,7 @@ BEGIN
             RETURN 0;
         END;
         v_ids := coalesce(v_ids, '{}');
-        EXECUTE format('UPDATE fanout_data.%I m SET %s WHERE m.id = ANY ($2) AND %s', v_t.data_table, v_set, v_where)
-            USING v_bit, v_ids;
+        EXECUTE v_update USING v_bit, v_ids, v_t.data_table;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         UPDATE fanout.bitmap_job j
         SET next_id = CASE WHEN cardinality(v_ids) < v_j.batch_size THEN v_j.upto_id + 1
@@ -113,15 +119,13 @@ BEGIN
         RETURN 0;
     END IF;
     BEGIN
-        EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM fanout_data.%I WHERE txid = ANY ($1) AND id >= $2
-                                              ORDER BY id FOR NO KEY UPDATE NOWAIT) s', v_t.data_table)
-            INTO v_n USING v_j.fence_txids, v_j.from_id;
+        EXECUTE format('SELECT array_agg(s.id) FROM (SELECT id FROM fanout_data.%I WHERE txid = ANY ($1) AND id >= $2
+                                                     ORDER BY id FOR NO KEY UPDATE NOWAIT) s', v_t.data_table)
+            INTO v_ids USING v_j.fence_txids, v_j.from_id;
     EXCEPTION WHEN lock_not_available THEN
         RETURN 0;
     END;
-    EXECUTE format('UPDATE fanout_data.%I m SET %s WHERE m.txid = ANY ($2) AND m.id >= $3 AND %s',
-                   v_t.data_table, v_set, v_where)
-        USING v_bit, v_j.fence_txids, v_j.from_id;
+    EXECUTE v_update USING v_bit, coalesce(v_ids, '{}'), v_t.data_table;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     UPDATE fanout.bitmap_job j
     SET status = 'completed', changed = j.changed + v_n, finished_at = clock_timestamp(),

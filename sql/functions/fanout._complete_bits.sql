@@ -1,17 +1,20 @@
 -- fanout._complete_bits(p_group_id, p_ids, p_txids, p_acking, p_only): reference
--- mode: sets the group's bit in completed_groups of the messages given as
--- parallel arrays of ids and txids (restricted to p_only when not NULL; ids
--- are unique, and reference topics have an id index, so ids suffice) (acked or
+-- mode: records that the group is done with the messages given as parallel
+-- arrays of ids and txids (restricted to p_only when not NULL; acked or
 -- dead-lettered: both count as done for the group). A message completes when
--- completed_groups covers required_groups; COMPLETED and unclaimed messages
--- are never modified. No-op for offset-mode groups. With p_acking, a paused
--- group's ack is refused (its members must not settle work while paused).
--- Returns how many messages changed.
--- An ack locks the message rows it completes until its transaction ends:
--- another group acking the same messages waits for it (see the comment at
--- the lock below and README, "Security and multi-tenancy").
+-- the groups done with it cover its required_groups. Message rows are never
+-- touched: one row per storage partition goes into the topic's completion
+-- table fanout_data.m<topic_id>_done (the group's bit, the sorted ids and
+-- their range), so an ack is one narrow insert however many groups share the
+-- messages, and no ack waits for another group's. Recording a message twice
+-- changes nothing (fanout._done_bits takes the union). Ids of a partition
+-- that has been emptied (or dropped) are skipped: its messages are gone.
+-- No-op for offset-mode groups. With p_acking, a paused group's ack is
+-- refused (its members must not settle work while paused).
+-- Returns how many completion rows were written (one per storage partition).
 -- Raises PGQ15 (ack by a paused reference-mode group).
--- Tables: fanout.consumer_group, fanout.topic, fanout_data.m<topic_id>.
+-- Tables: fanout.consumer_group, fanout.topic, fanout_data.m<topic_id>,
+-- fanout_data.m<topic_id>_done (through fanout_data.m<topic_id>_done_add).
 CREATE OR REPLACE FUNCTION fanout._complete_bits(
     p_group_id bigint, p_ids bigint[], p_txids xid8[], p_acking boolean, p_only bigint[] DEFAULT NULL)
 RETURNS int
@@ -35,23 +38,10 @@ BEGIN
         RAISE EXCEPTION 'group % is paused; its acks are refused until it resumes', quote_literal(v_group)
             USING ERRCODE = 'PGQ15', DETAIL = 'current status: paused';
     END IF;
-    -- Lock the rows in id order first, so that one ack call never deadlocks
-    -- with another ack call or a bitmap job (which walk ids in order). Two
-    -- transactions that each ack several leases in opposite orders can still
-    -- deadlock (40P01), and an ack waits while another group's open
-    -- transaction has acked the same message: the rows are shared by every
-    -- group. Documented in README ("Security and multi-tenancy"): keep ack
-    -- transactions short, ack leases in ascending lease_id order, and retry
-    -- the transaction on 40P01.
-    EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM fanout_data.%I m WHERE m.id = ANY ($1)
-                                          ORDER BY m.id FOR NO KEY UPDATE) s', v_table)
-        INTO v_n USING coalesce(p_only, p_ids);
-    EXECUTE format(
-        'UPDATE fanout_data.%I m SET completed_groups = m.completed_groups | $1
-         WHERE m.id = ANY ($2)
-           AND (m.completed_groups & $1) = 0 AND (m.required_groups & ~m.completed_groups) <> 0', v_table)
-        USING 1::bigint << v_bit, coalesce(p_only, p_ids);
-    GET DIAGNOSTICS v_n = ROW_COUNT;
+    -- One row per storage partition, through the topic's generated function
+    -- (static SQL, planned once per session: fanout._create_done_function).
+    EXECUTE format('SELECT fanout_data.%I($1, $2)', v_table || '_done_add')
+        INTO v_n USING v_bit::smallint, coalesce(p_only, p_ids);
     RETURN v_n;
 END
 $fn$;

@@ -5,7 +5,8 @@
 -- no transaction that may have rows in it waits for its stamps to be
 -- reconciled, no backfill still has to stamp it, every message in it is COMPLETED (or unclaimed and past
 -- zero_subscription_retention) and it closed more than retention ago.
--- Reads fanout.consumer_group, fanout.lease, fanout.retry, the partition.
+-- Reads fanout.consumer_group, fanout.lease, fanout.retry, the partition (and
+-- in reference mode its completion partition m<topic_id>_done_p<n>).
 CREATE OR REPLACE FUNCTION fanout._partition_droppable(p_t fanout.topic, p_part fanout.partition, p_now timestamptz)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
@@ -16,6 +17,8 @@ DECLARE
     v_pinning   int := 0;
     v_pending   boolean;
     v_unclaimed boolean;
+    v_ids       bigint[];
+    v_reqs      bigint[];
 BEGIN
     IF p_t.completion = 'reference' THEN
         -- A transaction whose stamps wait to be reconciled may have rows
@@ -32,12 +35,31 @@ BEGIN
                      AND j.status IN ('not_started', 'in_progress') AND j.from_id < p_part.hi_id) THEN
             RETURN false;
         END IF;
+        IF p_now - p_part.closed_at < p_t.retention THEN
+            RETURN false;
+        END IF;
+        -- A lagging group has usually not acked the newest messages: look at
+        -- those first (index look-ups), so that a partition kept by a
+        -- lagging group costs a probe per cleanup round, not a pass.
+        EXECUTE format('SELECT array_agg(m.id), array_agg(m.required_groups)
+                        FROM (SELECT id, required_groups FROM fanout_data.%I ORDER BY id DESC LIMIT 100) m',
+                       p_part.relname) INTO v_ids, v_reqs;
+        IF EXISTS (SELECT 1 FROM unnest(v_ids, v_reqs) AS x(id, req)
+                   LEFT JOIN fanout._done_bits(p_t.data_table, v_ids) d ON d.id = x.id
+                   WHERE (x.req & ~coalesce(d.bits, 0)) <> 0) THEN
+            RETURN false;
+        END IF;
         -- Every message COMPLETED; unclaimed ones (no group required them)
         -- stay for zero_subscription_retention.
+        -- (done bits from the partition's completion rows, one hash
+        -- aggregate: fanout._complete_bits).
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM fanout_data.%1$I m
-                                       WHERE (m.required_groups & ~m.completed_groups) <> 0),
+                                       LEFT JOIN (SELECT u.id, bit_or(1::bigint << d.bit) AS bits
+                                                  FROM fanout_data.%2$I d CROSS JOIN LATERAL unnest(d.ids) AS u(id)
+                                                  GROUP BY u.id) c ON c.id = m.id
+                                       WHERE (m.required_groups & ~coalesce(c.bits, 0)) <> 0),
                                EXISTS (SELECT 1 FROM fanout_data.%1$I m WHERE m.required_groups = 0)',
-                       p_part.relname) INTO v_pending, v_unclaimed;
+                       p_part.relname, p_t.data_table || '_done_p' || p_part.part_no) INTO v_pending, v_unclaimed;
         RETURN NOT v_pending AND p_now - p_part.closed_at >= p_t.retention
            AND (NOT v_unclaimed OR p_now - p_part.closed_at >= p_t.zero_subscription_retention);
     END IF;

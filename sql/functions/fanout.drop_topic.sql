@@ -6,7 +6,8 @@
 -- wait for the drop and then get PGQ01 (fanout._enter).
 -- Raises: PGQ01, PGQ08 (active groups or undelivered messages; pass force),
 -- PGQ21 (no admin grant).
--- Tables: every fanout table row of the topic, fanout_data.m<topic_id>.
+-- Tables: every fanout table row of the topic, fanout_data.m<topic_id> (and
+-- fanout_data.m<topic_id>_done in reference mode).
 CREATE OR REPLACE FUNCTION fanout.drop_topic(topic text, force boolean DEFAULT false)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
@@ -43,6 +44,8 @@ BEGIN
         END IF;
     END IF;
     EXECUTE format('DROP TABLE fanout_data.%I', v_t.data_table);
+    EXECUTE format('DROP TABLE IF EXISTS fanout_data.%I', v_t.data_table || '_done');  -- reference mode
+    EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(smallint, bigint[])', v_t.data_table || '_done_add');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(jsonb, jsonb, text)', v_t.data_table || '_insert');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(jsonb[], jsonb[], text[])', v_t.data_table || '_insert_batch');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(bigint, jsonb, jsonb, text, timestamptz, smallint, bigint)',

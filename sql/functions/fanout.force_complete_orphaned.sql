@@ -6,7 +6,8 @@
 -- data, so this returns 0 for them.
 -- Returns how many messages were completed.
 -- Raises: PGQ01, PGQ03 (older_than NULL or negative).
--- Tables: fanout.consumer_group, fanout.event_log, fanout_data.m<topic_id>.
+-- Tables: fanout.consumer_group, fanout.event_log, fanout_data.m<topic_id>,
+-- fanout_data.m<topic_id>_done (read).
 CREATE OR REPLACE FUNCTION fanout.force_complete_orphaned(topic text, older_than interval)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
@@ -29,10 +30,16 @@ BEGIN
     END IF;
     v_live := fanout._required_mask(v_t.topic_id);
     EXECUTE format(
-        'UPDATE fanout_data.%I m SET required_groups = m.required_groups & (m.completed_groups | $1)
-         WHERE clock_timestamp() - m.published_at > $2
-           AND (m.required_groups & ~m.completed_groups) <> 0
-           AND (m.required_groups & ~m.completed_groups & $1) = 0', v_t.data_table)
+        'UPDATE fanout_data.%1$I m SET required_groups = m.required_groups & (c.done | $1)
+         FROM (SELECT m0.id, coalesce(d.bits, 0) AS done
+               FROM fanout_data.%1$I m0
+               LEFT JOIN (SELECT u.id, bit_or(1::bigint << d0.bit) AS bits
+                          FROM fanout_data.%2$I d0 CROSS JOIN LATERAL unnest(d0.ids) AS u(id)
+                          GROUP BY u.id) d ON d.id = m0.id
+               WHERE clock_timestamp() - m0.published_at > $2) c
+         WHERE m.id = c.id
+           AND (m.required_groups & ~c.done) <> 0
+           AND (m.required_groups & ~c.done & $1) = 0', v_t.data_table, v_t.data_table || '_done')
         USING v_live, $2;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     IF v_n > 0 THEN

@@ -3,7 +3,8 @@
 -- message with the groups it requires: the topic's required_mask in
 -- fanout.topic_state (exact, kept by fanout._group_mask_trigger), so a group
 -- whose subscription committed is required by every message whose insert
--- sees that commit. completed_groups always starts empty.
+-- sees that commit. (Completion is recorded beside the row, never in it:
+-- fanout._complete_bits.)
 -- The stamp may be stale when the insert's snapshot predates a change of the
 -- mask (a REPEATABLE READ transaction, or a change still committing): the
 -- mask's newest epoch is kept in a sequence, outside MVCC, and when it is
@@ -24,7 +25,6 @@ BEGIN
     INTO NEW.required_groups, v_epoch, v_live
     FROM fanout.topic_state s WHERE s.topic_id = TG_ARGV[0]::bigint;
     NEW.required_groups := coalesce(NEW.required_groups, 0);
-    NEW.completed_groups := 0;
     IF v_live > v_epoch THEN
         INSERT INTO fanout.stamp_pending (topic_id, txid)
         SELECT TG_ARGV[0]::bigint, NEW.txid

@@ -12,6 +12,9 @@
 -- partition is emptied with TRUNCATE, which locks only the partition (readers
 -- lock the parent first, so dropping here could deadlock with them), and
 -- dropped, empty, as soon as its parent can be locked without waiting.
+-- Reference mode: the partition's completion rows (m<topic_id>_done_p<n>)
+-- are emptied and dropped with it, and locked with it: an ack still
+-- recording completions there keeps the partition for a later round.
 -- A candidate is checked, then locked (ACCESS EXCLUSIVE, waiting at most
 -- 200 ms: a transaction still writing into it keeps it for a later round),
 -- then checked again, so a message committed in between is never lost.
@@ -22,7 +25,8 @@
 -- Bounded: at most 10 partitions per call. Returns how many were emptied;
 -- call again while it returns > 0. Takes its own advisory lock.
 -- Tables: fanout.partition, fanout.consumer_group, fanout.lease,
--- fanout.retry, fanout.seq_wait, fanout.topic, fanout.event_log, fanout_data.*.
+-- fanout.retry, fanout.seq_wait, fanout.topic, fanout.event_log, fanout_data.*
+-- (message partitions and their completion partitions).
 CREATE OR REPLACE FUNCTION fanout._cleanup_partitions(p_now timestamptz DEFAULT now())
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
@@ -38,6 +42,7 @@ DECLARE
     v_total    bigint;
     v_n        bigint;
     v_timeout  text := current_setting('lock_timeout');
+    v_done_rel text;
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
     IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_partitions', 0)) THEN
@@ -57,11 +62,17 @@ BEGIN
         LOOP
             EXIT WHEN v_done >= 10;
             v_forced := v_p.closed_at <= p_now - v_t.max_retention;
+            v_done_rel := CASE WHEN v_t.completion = 'reference'
+                               THEN v_t.data_table || '_done_p' || v_p.part_no END;
             -- Later partitions are younger and no further consumed.
             EXIT WHEN NOT v_forced AND NOT fanout._partition_droppable(v_t, v_p, p_now);
             BEGIN
                 PERFORM set_config('lock_timeout', '200ms', true);
                 EXECUTE format('LOCK TABLE fanout_data.%I IN ACCESS EXCLUSIVE MODE', v_p.relname);
+                IF v_done_rel IS NOT NULL THEN
+                    -- An ack still writing its completion rows keeps it too.
+                    EXECUTE format('LOCK TABLE fanout_data.%I IN ACCESS EXCLUSIVE MODE', v_done_rel);
+                END IF;
                 PERFORM set_config('lock_timeout', v_timeout, true);
                 EXIT WHEN NOT v_forced AND NOT fanout._partition_droppable(v_t, v_p, p_now);
 
@@ -87,8 +98,12 @@ BEGIN
                         -- nothing looks unread to it; what it had not
                         -- completed since it joined is what it loses.
                         EXECUTE format('SELECT count(*) FROM fanout_data.%I m
-                                        WHERE m.id >= $1 AND (m.completed_groups & $2) = 0', v_p.relname)
-                            INTO v_lost USING g.joined_id, 1::bigint << g.bit_no;
+                                        WHERE m.id >= $1
+                                          AND NOT EXISTS (SELECT 1 FROM fanout_data.%I d
+                                                          CROSS JOIN LATERAL unnest(d.ids) AS u(id)
+                                                          WHERE d.bit = $2 AND u.id = m.id)',
+                                       v_p.relname, v_done_rel)
+                            INTO v_lost USING g.joined_id, g.bit_no;
                         IF v_lost > 0 THEN
                             UPDATE fanout.consumer_group cg SET lost_messages = cg.lost_messages + v_lost
                             WHERE cg.group_id = g.group_id;
@@ -139,6 +154,9 @@ BEGIN
                 -- TRUNCATE locks only the partition (readers lock the parent
                 -- first, so a DROP here could deadlock with them).
                 EXECUTE format('TRUNCATE fanout_data.%I', v_p.relname);
+                IF v_done_rel IS NOT NULL THEN
+                    EXECUTE format('TRUNCATE fanout_data.%I', v_done_rel);
+                END IF;
                 UPDATE fanout.partition p SET truncated_at = clock_timestamp()
                 WHERE p.topic_id = v_p.topic_id AND p.part_no = v_p.part_no;
                 IF v_total > 0 THEN
@@ -160,6 +178,11 @@ BEGIN
             BEGIN
                 EXECUTE format('LOCK TABLE ONLY fanout_data.%I IN ACCESS EXCLUSIVE MODE NOWAIT', v_t.data_table);
                 EXECUTE format('DROP TABLE fanout_data.%I', v_p.relname);
+                IF v_t.completion = 'reference' THEN
+                    EXECUTE format('LOCK TABLE ONLY fanout_data.%I IN ACCESS EXCLUSIVE MODE NOWAIT',
+                                   v_t.data_table || '_done');
+                    EXECUTE format('DROP TABLE IF EXISTS fanout_data.%I', v_t.data_table || '_done_p' || v_p.part_no);
+                END IF;
                 DELETE FROM fanout.partition p WHERE p.topic_id = v_p.topic_id AND p.part_no = v_p.part_no;
             EXCEPTION WHEN lock_not_available THEN
                 EXIT;

@@ -1,9 +1,10 @@
 -- fanout._dead_letter(p_group_id, p_table, p_ids, p_txids, p_attempts, p_error):
 -- moves messages to a group's dead letters, with a copy of each message so
 -- that dead letters outlive partition drops; in reference mode a dead letter
--- counts as done for the group (its completed bit is set). Returns how many
+-- counts as done for the group (fanout._complete_bits). Returns how many
 -- were written.
--- Tables: fanout.dead_letter, fanout.seq_done, fanout_data.m<topic_id>.
+-- Tables: fanout.dead_letter, fanout.seq_done, fanout_data.m<topic_id> (and
+-- _done in reference mode).
 CREATE OR REPLACE FUNCTION fanout._dead_letter(
     p_group_id bigint, p_table text, p_ids bigint[], p_txids xid8[], p_attempts int[], p_error text)
 RETURNS int

@@ -1,6 +1,7 @@
 -- fanout._topic_stats(p_topic_id): size figures of a topic for fanout.topics:
 -- messages (exact for partitions under 100,000 rows, planner estimate above),
--- age of the oldest retained message, partition count, bytes on disk.
+-- age of the oldest retained message, partition count, bytes on disk
+-- (reference mode: with the completion partitions).
 -- Reads fanout.partition, pg_class and the topic's partitions.
 CREATE OR REPLACE FUNCTION fanout._topic_stats(
     p_topic_id bigint,
@@ -17,15 +18,17 @@ BEGIN
     partitions := 0;
     bytes := 0;
     FOR p IN
-        SELECT fp.relname, c.oid AS relid, c.reltuples
+        SELECT fp.relname, c.oid AS relid, c.reltuples, t.data_table || '_done_p' || fp.part_no AS done_rel
         FROM fanout.partition fp
+        JOIN fanout.topic t ON t.topic_id = fp.topic_id
         JOIN pg_class c ON c.relname = fp.relname
         JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'fanout_data'
         WHERE fp.topic_id = p_topic_id
         ORDER BY fp.part_no
     LOOP
         partitions := partitions + 1;
-        bytes := bytes + pg_total_relation_size(p.relid);
+        bytes := bytes + pg_total_relation_size(p.relid)
+                 + coalesce(pg_total_relation_size(to_regclass(format('fanout_data.%I', p.done_rel))), 0);
         IF p.reltuples >= 100000 THEN
             v_n := p.reltuples::bigint;
         ELSE

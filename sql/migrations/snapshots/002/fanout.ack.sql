@@ -4,12 +4,14 @@
 -- business transaction: if that rolls back, so does the ack. An ack after the
 -- lease expired still succeeds as long as nobody else took the messages.
 -- Returns how many messages this call settled.
--- In reference mode it also sets the group's bit in completed_groups.
+-- In reference mode it also records the group as done with them (one row in
+-- the topic's completion table, fanout._complete_bits; the messages are not
+-- touched).
 -- Raises: PGQ03, PGQ10 unknown lease, PGQ11 fenced (the lease expired and a
 -- message was re-delivered to another consumer), PGQ12 message not in lease,
 -- PGQ15 (reference mode: the group is paused).
 -- Tables: fanout.lease, fanout.seq_done (sequence-ordered topics); reference
--- mode: fanout_data.m<topic_id>.
+-- mode: fanout_data.m<topic_id>_done.
 CREATE OR REPLACE FUNCTION fanout.ack(lease_id bigint, message_ids bigint[] DEFAULT NULL)
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER

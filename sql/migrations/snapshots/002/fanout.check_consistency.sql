@@ -72,6 +72,11 @@ BEGIN
     WHERE n.nspname = 'fanout_data' AND c.relkind IN ('r', 'p')
       AND NOT EXISTS (SELECT 1 FROM fanout.partition p WHERE p.relname = c.relname)
       AND NOT EXISTS (SELECT 1 FROM fanout.topic t WHERE t.data_table = c.relname)
+      -- reference mode: the completion table and its partitions
+      AND NOT EXISTS (SELECT 1 FROM fanout.topic t
+                      WHERE t.completion = 'reference' AND t.data_table || '_done' = c.relname)
+      AND NOT EXISTS (SELECT 1 FROM fanout.partition p JOIN fanout.topic t USING (topic_id)
+                      WHERE t.completion = 'reference' AND t.data_table || '_done_p' || p.part_no = c.relname)
     UNION ALL
     SELECT t.topic, g.group_name, NULL, 'error', 'group window is out of order (xmax(lo) > xmax(hi))'
     FROM fanout.consumer_group g JOIN fanout.topic t USING (topic_id)
@@ -97,11 +102,14 @@ BEGIN
         RETURN QUERY EXECUTE format(
             'SELECT $1, NULL::text, m.id, ''error''::text,
                     format(''pending message requires released or unknown group bits %%s'',
-                           m.required_groups & ~m.completed_groups & $2)
+                           m.required_groups & ~coalesce(c.bits, 0) & $2)
              FROM fanout_data.%I m
-             WHERE (m.required_groups & ~m.completed_groups & $2) <> 0
+             LEFT JOIN (SELECT u.id, bit_or(1::bigint << d.bit) AS bits
+                        FROM fanout_data.%I d CROSS JOIN LATERAL unnest(d.ids) AS u(id)
+                        GROUP BY u.id) c ON c.id = m.id
+             WHERE (m.required_groups & ~coalesce(c.bits, 0) & $2) <> 0
                AND NOT EXISTS (SELECT 1 FROM fanout.stamp_pending s WHERE s.topic_id = $3 AND s.txid = m.txid)
-             LIMIT 100', v_t.data_table)
+             LIMIT 100', v_t.data_table, v_t.data_table || '_done')
             USING v_t.topic, v_gone, v_t.topic_id;
     END LOOP;
 END

@@ -11,9 +11,11 @@
 -- partition of each message, fanout._kpart_of) with an index on
 -- (kpart, txid, id); whole_transactions (partitioned topics only) keeps a
 -- producer transaction's messages of one key partition in one page.
--- Reference-mode topics (completion => 'reference', pubsub only) also get the
--- per-message required_groups / completed_groups bitmaps, an index on id, the
--- BEFORE INSERT trigger that stamps required_groups, and a fanout.topic_state row.
+-- Reference-mode topics (completion => 'reference', pubsub only) also get
+-- a per-message required_groups bitmap, an index on id, the BEFORE INSERT
+-- trigger that stamps required_groups, the completion table
+-- fanout_data.m<id>_done (partitioned like the messages) and a
+-- fanout.topic_state row.
 -- Raises: PGQ03 bad option, PGQ04 bad name, PGQ02 settings differ.
 -- Tables: fanout.topic, fanout.partition, fanout.consumer_group,
 -- fanout.topic_state, fanout_data.*.
@@ -152,11 +154,25 @@ BEGIN
     EXECUTE format('CREATE INDEX %I ON fanout_data.%I (priority, txid, id) WHERE priority IS NOT NULL',
                    v_new.data_table || '_priority', v_new.data_table);
     IF v_new.completion = 'reference' THEN
-        -- Per-message bitmaps, an id index for batched backfill and release,
+        -- The required bitmap, an id index for batched backfill and release,
         -- and the trigger that stamps required_groups at insert.
-        EXECUTE format('ALTER TABLE fanout_data.%I ADD COLUMN required_groups bigint NOT NULL DEFAULT 0, '
-                       'ADD COLUMN completed_groups bigint NOT NULL DEFAULT 0', v_new.data_table);
+        EXECUTE format('ALTER TABLE fanout_data.%I ADD COLUMN required_groups bigint NOT NULL DEFAULT 0',
+                       v_new.data_table);
         EXECUTE format('CREATE INDEX %I ON fanout_data.%I (id)', v_new.data_table || '_id', v_new.data_table);
+        -- Completion lives beside the messages, never in them (message rows
+        -- stay append-only): one row per ack (or dead-letter) call and
+        -- storage partition, the group's bit and the sorted ids it settled,
+        -- partitioned like the messages (by lo) and emptied with them
+        -- (fanout._complete_bits, fanout._done_bits).
+        EXECUTE format($ddl$
+            CREATE TABLE fanout_data.%I (
+                bit  smallint NOT NULL,
+                lo   bigint   NOT NULL,
+                hi   bigint   NOT NULL,
+                ids  bigint[] NOT NULL
+            ) PARTITION BY RANGE (lo)$ddl$, v_new.data_table || '_done');
+        EXECUTE format('CREATE INDEX %I ON fanout_data.%I USING gist (int8range(lo, hi, ''[]''))',
+                       v_new.data_table || '_done_range', v_new.data_table || '_done');
         EXECUTE format('CREATE TRIGGER required_groups BEFORE INSERT ON fanout_data.%I '
                        'FOR EACH ROW EXECUTE FUNCTION fanout._required_groups_trigger(%L)',
                        v_new.data_table, v_new.topic_id);
@@ -171,6 +187,9 @@ BEGIN
     PERFORM fanout._create_partition(v_new.topic_id, 0);
     PERFORM fanout._create_insert_functions(v_new.topic_id);
     PERFORM fanout._create_page_functions(v_new.topic_id);
+    IF v_new.completion = 'reference' THEN
+        PERFORM fanout._create_done_function(v_new.topic_id);
+    END IF;
     IF v_new.notify THEN
         PERFORM fanout._set_notify(v_new.topic_id, true);
     END IF;

@@ -12,7 +12,8 @@
 -- Rows are fanout.message_status_row (so inputs and outputs share names).
 -- Raises: PGQ01, PGQ03 (NULL id), PGQ18 (no such message retained).
 -- Tables: fanout.consumer_group, fanout.kpart, fanout.lease, fanout.retry, fanout.seq_wait,
--- fanout.dead_letter, fanout_data.m<topic_id> (one partition).
+-- fanout.dead_letter, fanout_data.m<topic_id> (one partition) and, in reference
+-- mode, fanout_data.m<topic_id>_done.
 CREATE OR REPLACE FUNCTION fanout.message_status(topic text, message_id bigint)
 RETURNS SETOF fanout.message_status_row
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -35,8 +36,9 @@ BEGIN
         RAISE EXCEPTION 'message_id must not be NULL' USING ERRCODE = 'PGQ03';
     END IF;
     IF v_t.completion = 'reference' THEN
-        EXECUTE format('SELECT m.txid, m.required_groups, m.completed_groups FROM fanout_data.%I m WHERE m.id = $1',
-                       v_t.data_table) INTO v_txid, v_req, v_done USING p_message_id;
+        EXECUTE format('SELECT m.txid, m.required_groups FROM fanout_data.%I m WHERE m.id = $1',
+                       v_t.data_table) INTO v_txid, v_req USING p_message_id;
+        v_done := coalesce((SELECT d.bits FROM fanout._done_bits(v_t.data_table, ARRAY[p_message_id]) d), 0);
         IF EXISTS (SELECT 1 FROM fanout.stamp_pending s WHERE s.topic_id = v_t.topic_id AND s.txid = v_txid) THEN
             v_req := fanout._restamp(v_t.topic_id, v_txid, v_req);  -- what reconciliation will make of it
         END IF;

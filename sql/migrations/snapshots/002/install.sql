@@ -14,12 +14,14 @@
 {{ template "fanout._check_subscribe_limits.sql" . }}
 {{ template "fanout._check_topic_settings.sql" . }}
 {{ template "fanout._complete_bits.sql" . }}
+{{ template "fanout._create_done_function.sql" . }}
 {{ template "fanout._create_insert_functions.sql" . }}
 {{ template "fanout._create_page_function.sql" . }}
 {{ template "fanout._create_page_functions.sql" . }}
 {{ template "fanout._create_partition.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
 {{ template "fanout._delivery_time.sql" . }}
+{{ template "fanout._done_bits.sql" . }}
 {{ template "fanout._effective_start.sql" . }}
 {{ template "fanout._enter.sql" . }}
 {{ template "fanout._grant_matches.sql" . }}
