@@ -210,12 +210,16 @@ func TestInboxDelayedDelivery(t *testing.T) {
 // A run of delayed messages does not make a read come back empty while
 // undelayed ones follow it: a page of nothing but delayed messages is
 // followed by the next, up to 10 pages per read (bounded work), on plain
-// and prioritized topics.
+// prioritized and partitioned topics.
 func TestInboxDelayedRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	for _, topic := range []string{"in.run", "in.run.prio"} {
-		b.createTopic(t, b.Pool, topic)
+	for _, topic := range []string{"in.run", "in.run.prio", "in.run.part"} {
+		if topic == "in.run.part" {
+			b.createTopic(t, b.Pool, topic, "partitions => 1") // one key partition: the same run
+		} else {
+			b.createTopic(t, b.Pool, topic)
+		}
 		if topic == "in.run.prio" {
 			first := b.pubPrio(t, b.Pool, topic, 5)
 			ms := b.read(t, b.Pool, topic, nil, "c", 10, "30 seconds")

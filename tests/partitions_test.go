@@ -611,9 +611,33 @@ func TestPartitionsWithInboxOptions(t *testing.T) {
 		`SELECT fanout.publish('p', '{}', message_group => 'k', priority => 5)`,
 		`SELECT fanout.publish_batch('p', ARRAY['{}', '{}']::jsonb[], message_groups => ARRAY['a', 'b'], priority => 1)`,
 		`SELECT fanout.publish_batch('p', ARRAY['{}']::jsonb[], dedupe_keys => ARRAY['d'], priority => 9)`,
+		// An empty batch is refused where a non-empty one is (the call's
+		// options are checked even with no element to check them on).
+		`SELECT fanout.publish_batch('p', '{}'::jsonb[], priority => 1)`,
+		`SELECT fanout.publish_batch('p', '{}'::jsonb[], message_groups => '{}', priority => 9)`,
+		`SELECT fanout.publish_batch('p', '{}'::jsonb[], priority => 10)`,
 	} {
 		_, err = b.Pool.Exec(ctx, bad)
 		requireSQLState(t, err, "PGQ03")
+	}
+	// The same for the sequence options of an empty batch.
+	b.createTopic(t, b.Pool, "plain")
+	b.createTopic(t, b.Pool, "seq", "sequence_ordering => true")
+	for _, bad := range []string{
+		`SELECT fanout.publish_batch('plain', '{}'::jsonb[], sequences => '{}')`,
+		`SELECT fanout.publish_batch('seq', '{}'::jsonb[], priority => 2)`,
+		`SELECT fanout.publish_batch('seq', '{}'::jsonb[], delay => '1 minute')`,
+	} {
+		_, err = b.Pool.Exec(ctx, bad)
+		requireSQLState(t, err, "PGQ23")
+	}
+	for _, ok := range []string{
+		`SELECT fanout.publish_batch('p', '{}'::jsonb[], priority => 0)`,
+		`SELECT fanout.publish_batch('seq', '{}'::jsonb[], sequences => '{}')`,
+		`SELECT fanout.publish_batch('plain', '{}'::jsonb[], priority => 4)`,
+	} {
+		_, err = b.Pool.Exec(ctx, ok)
+		require.NoError(t, err, ok)
 	}
 	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM fanout_data.`+table).Scan(&n))
 	require.Zero(t, n, "a refused publish wrote a message")

@@ -59,6 +59,12 @@ BEGIN
     END IF;
     v_at := fanout._delivery_time($7, $8);
     IF $9 IS NOT NULL OR $10 IS NOT NULL OR v_t.sequence_ordering THEN
+        IF v_n = 0 THEN
+            -- No element to check: the options of the call still are (an
+            -- empty batch is refused exactly where a non-empty one would be).
+            PERFORM fanout._check_order_options(
+                v_t, $9, CASE WHEN $10 IS NOT NULL OR v_t.sequence_ordering THEN 1 END, '', v_at, NULL);
+        END IF;
         FOR r IN
             SELECT $4[i] AS g, $10[i] AS s, i AS ord FROM generate_series(1, v_n) AS i
         LOOP

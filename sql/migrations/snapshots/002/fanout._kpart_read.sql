@@ -14,7 +14,7 @@
 --     unsettled messages are the next page, taken over whole: fencing as
 --     for any lease), and no nacked message of it waits for its retry time
 --     (head-of-line). Due retries of the partition come before its stream;
---     the stream page is fanout._kpart_page. One read returns one page of one
+--     the stream page is fanout._window_scan on the partition's cursor. One read returns one page of one
 --     partition (the least recently served ready one it owns).
 -- Returns rows as fanout.read. Raises: PGQ03 (partition out of range,
 -- consumer missing in automatic mode), PGQ13, PGQ14, PGQ16, PGQ22, PGQ24.
@@ -77,7 +77,10 @@ BEGIN
                      AND j.status IN ('not_started', 'in_progress')) THEN
         RETURN;
     END IF;
-    IF v_g.kpart_mode IS DISTINCT FROM (CASE WHEN p_partition IS NULL THEN 'auto' ELSE 'explicit' END) THEN
+    -- The mode: NULL is automatic (fanout._kpart_mode is only for going
+    -- explicit, or an automatic read of an explicit group).
+    IF (p_partition IS NULL AND v_g.kpart_mode = 'explicit')
+       OR (p_partition IS NOT NULL AND v_g.kpart_mode IS DISTINCT FROM 'explicit') THEN
         PERFORM fanout._kpart_mode(p_t, v_g.group_id, p_partition IS NOT NULL, p_now);
     END IF;
     -- The group's sign of life, throttled like fanout.read's (and its
@@ -193,9 +196,10 @@ BEGIN
 
         -- 3. The partition's stream.
         IF v_nw = 0 THEN
-            SELECT * INTO v_w FROM fanout._kpart_page(v_g.group_id, p_t, v_k.kpart, p_max, p_max_bytes,
-                                                      v_k.win_lo, v_k.win_hi, v_k.cur_txid, v_k.cur_id,
-                                                      v_g.effective_start_id, v_g.bit_no);
+            SELECT * INTO v_w FROM fanout._window_scan(v_g.group_id, p_t.topic_id, p_t.data_table, v_k.kpart,
+                                                       p_t.whole_transactions, p_max, p_max_bytes,
+                                                       v_k.win_lo, v_k.win_hi, v_k.cur_txid, v_k.cur_id,
+                                                       v_g.effective_start_id, v_g.bit_no);
             IF v_w.o_changed THEN
                 v_k.win_lo := v_w.o_lo;
                 v_k.win_hi := v_w.o_hi;

@@ -71,9 +71,9 @@ DECLARE
     v_phase   int;
     v_running xid8[];
     -- One page of one level (arrays in (txid, id) order, each row's size,
-    -- the bytes): $1 running txids (phase 1) or NULL (phase 2), $2 xmax(hi),
-    -- $3 txids running at hi, $4/$5 the level's cursor, $6 the lowest id,
-    -- $7 the limit, $8 the reference-mode mask, $9 the level.
+    -- the bytes): $1 the level, $2 running txids (phase 1) or NULL (phase 2),
+    -- $3 xmax(hi), $4 txids running at hi, $5/$6 the level's cursor, $7 the
+    -- lowest id, $8 the limit, $9 the reference-mode mask.
     v_page    text := format('SELECT * FROM fanout_data.%I($1, $2, $3, $4, $5, $6, $7, $8, $9)', p_table || '_page_prio');
     v_full    boolean := false;
     v_pages   int := 0;
@@ -132,7 +132,7 @@ BEGIN
                         v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_ptx));
                     END IF;
                     EXECUTE v_page INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
-                        USING v_running, pg_snapshot_xmax(o_hi), v_hi_xip, v_ptx, v_pid, v_min_id, v_left, v_mask, v_lvl;
+                        USING v_lvl, v_running, pg_snapshot_xmax(o_hi), v_hi_xip, v_ptx, v_pid, v_min_id, v_left, v_mask;
                     v_got := coalesce(cardinality(v_ids), 0);
                     v_cut := false;
                     IF v_used > v_bytes THEN

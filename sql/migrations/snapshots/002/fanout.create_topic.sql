@@ -144,7 +144,7 @@ BEGIN
                    v_new.data_table || '_deliver_at', v_new.data_table);
     IF v_new.partitions IS NOT NULL THEN
         -- Key partitions: each message's, set by the insert functions; one
-        -- index serves the pages of one key partition (fanout._kpart_page).
+        -- index serves the pages of one key partition (m<id>_kpage).
         EXECUTE format('ALTER TABLE fanout_data.%I ADD COLUMN kpart int NOT NULL', v_new.data_table);
         EXECUTE format('CREATE INDEX %I ON fanout_data.%I (kpart, txid, id)',
                        v_new.data_table || '_kpart', v_new.data_table);

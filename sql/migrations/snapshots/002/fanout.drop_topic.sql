@@ -54,8 +54,10 @@ BEGIN
                    v_t.data_table || '_insert_keyed');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint)',
                    v_t.data_table || '_page');
-    EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint, int)',
+    EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(int, xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint)',
                    v_t.data_table || '_page_prio');
+    EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(int, xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint)',
+                   v_t.data_table || '_kpage');
     -- No foreign keys on these two (their checks cost every publish).
     DELETE FROM fanout.dedupe d WHERE d.topic_id = v_t.topic_id;
     DELETE FROM fanout.seq_published s WHERE s.topic_id = v_t.topic_id;

@@ -16,6 +16,7 @@
 {{ template "fanout._complete_bits.sql" . }}
 {{ template "fanout._create_done_function.sql" . }}
 {{ template "fanout._create_insert_functions.sql" . }}
+{{ template "fanout._create_page_function.sql" . }}
 {{ template "fanout._create_page_functions.sql" . }}
 {{ template "fanout._create_partition.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
@@ -37,7 +38,6 @@
 {{ template "fanout._kpart_expr.sql" . }}
 {{ template "fanout._kpart_mode.sql" . }}
 {{ template "fanout._kpart_of.sql" . }}
-{{ template "fanout._kpart_page.sql" . }}
 {{ template "fanout._kpart_read.sql" . }}
 {{ template "fanout._kpart_view.sql" . }}
 {{ template "fanout._lease_settle.sql" . }}
@@ -84,6 +84,7 @@
 {{ template "fanout._transition.sql" . }}
 {{ template "fanout._window_page.sql" . }}
 {{ template "fanout._window_page_priority.sql" . }}
+{{ template "fanout._window_scan.sql" . }}
 -- Maintenance: what pgq-scheduler or pg_cron runs (fanout.maint_operations).
 {{ template "fanout._bitmap_step.sql" . }}
 {{ template "fanout._cleanup_bookkeeping.sql" . }}
