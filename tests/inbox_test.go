@@ -209,7 +209,7 @@ func TestInboxDelayedDelivery(t *testing.T) {
 
 // A run of delayed messages does not make a read come back empty while
 // undelayed ones follow it: a page of nothing but delayed messages is
-// followed by the next, up to 10 pages per read (bounded work), on plain
+// followed by the next, up to 10 pages per read (bounded work), on plain,
 // prioritized and partitioned topics.
 func TestInboxDelayedRun(t *testing.T) {
 	t.Parallel()
