@@ -12,6 +12,9 @@ CREATE OR REPLACE FUNCTION fanout.drop_topic(topic text, force boolean DEFAULT f
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
+-- The DROP ... IF EXISTS of objects a topic of this kind never had (a
+-- completion table, a key-partition page function) would each say so.
+SET client_min_messages = warning
 AS $fn$
 #variable_conflict use_column
 DECLARE
