@@ -83,38 +83,38 @@ func TestQueuePartitionRotation(t *testing.T) {
 	var want []int64
 	want = append(want, b.qPublishN(t, b.Pool, topic, 0, 5)...)
 
-	// Two transactions stay open across the jump of the sequence: A2 took
-	// its xid before the rotation started, A after the rotation's first step
-	// took its own (so A's xid is above every xid that has ended when the
-	// sequence jumps). Both publish into the old partition after the jump
-	// was first attempted: a transaction that already held a lock on the
-	// topic's table then (H) holds the jump back until it ends, since its
-	// partition list may predate the new partition (see the rotation specs in
-	// tests/specs).
-	connA2 := b.Conn(t)
+	// H publishes after the next partition was created and stays open: the
+	// jump waits for every transaction that was running when it was first
+	// attempted, since its partition list may predate the new partition (see
+	// the rotation specs in tests/specs). Two more transactions begin after
+	// that attempt and stay open across the jump: A2 takes its xid first, A
+	// after it, and both publish into the old partition before the jump, so
+	// the old partition's txid bound must lie above both.
+	connC, connH := b.Conn(t), b.Conn(t)
+	txC, err := connC.Begin(b.ctx)
+	require.NoError(t, err)
+	defer txC.Rollback(b.ctx) //nolint:errcheck
+	require.Equal(t, 1, b.qManage(t, txC), "creates the next partition")
+	require.NoError(t, txC.Commit(b.ctx))
+	txH, err := connH.Begin(b.ctx)
+	require.NoError(t, err)
+	defer txH.Rollback(b.ctx) //nolint:errcheck
+	want = append(want, b.publish(t, txH, topic, `{"open":"holds the jump back"}`))
+	require.Equal(t, 0, b.qManage(t, b.Pool), "waits for the transaction running at the first attempt")
+	connA2, connA := b.Conn(t), b.Conn(t)
 	txA2, err := connA2.Begin(b.ctx)
 	require.NoError(t, err)
 	defer txA2.Rollback(b.ctx) //nolint:errcheck
 	_, err = txA2.Exec(b.ctx, "SELECT pg_current_xact_id()")
 	require.NoError(t, err)
-	connC, connA, connH := b.Conn(t), b.Conn(t), b.Conn(t)
-	txC, err := connC.Begin(b.ctx)
-	require.NoError(t, err)
-	defer txC.Rollback(b.ctx) //nolint:errcheck
-	require.Equal(t, 1, b.qManage(t, txC), "creates the next partition")
 	txA, err := connA.Begin(b.ctx)
 	require.NoError(t, err)
 	defer txA.Rollback(b.ctx) //nolint:errcheck
 	_, err = txA.Exec(b.ctx, "SELECT pg_current_xact_id()")
 	require.NoError(t, err)
-	txH, err := connH.Begin(b.ctx)
-	require.NoError(t, err)
-	defer txH.Rollback(b.ctx) //nolint:errcheck
-	want = append(want, b.publish(t, txH, topic, `{"open":"holds the jump back"}`))
-	require.NoError(t, txC.Commit(b.ctx))
-	require.Equal(t, 0, b.qManage(t, b.Pool), "waits for the transaction that locked the table first")
 	idA2 := b.publish(t, txA2, topic, `{"open":"before the rotation"}`)
 	idA := b.publish(t, txA, topic, `{"open":"across the rotation"}`)
+	require.Equal(t, 0, b.qManage(t, b.Pool), "still waits for H")
 	require.NoError(t, txH.Commit(b.ctx))
 	require.Equal(t, 1, b.qManage(t, b.Pool), "jumps the sequence and closes the old partition")
 	p0, p1 := b.qPartition(t, topic, 0), b.qPartition(t, topic, 1)
@@ -408,4 +408,42 @@ func TestQueuePartitionCleanupGivesUpOnAHeldLease(t *testing.T) {
 		SELECT g.lost_messages FROM fanout.consumer_group g JOIN fanout.topic t USING (topic_id)
 		WHERE t.topic = $1`, topic).Scan(&lost))
 	require.Equal(t, int64(3), lost, "the three the acker left open")
+}
+
+// The jump into a new partition waits for every transaction of the database
+// that was running when it was first attempted, not only those holding the
+// topic's table: one that locks the table later could still use a partition
+// list from before the new partition. After ten minutes only those that hold
+// the table still hold the jump back, so an idle session elsewhere cannot
+// stop rotation for good.
+func TestQueuePartitionJumpWaitsForRunningTransactions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := "parts.jumpwait"
+	b.createTopic(t, b.Pool, topic, qPartOpts)
+	b.qPublishN(t, b.Pool, topic, 0, 3)
+	require.Equal(t, 1, b.qManage(t, b.Pool), "creates the next partition")
+
+	idle, err := b.Conn(t).Begin(b.ctx)
+	require.NoError(t, err)
+	defer idle.Rollback(b.ctx) //nolint:errcheck
+	_, err = idle.Exec(b.ctx, "SELECT 1")
+	require.NoError(t, err)
+	holder, err := b.Conn(t).Begin(b.ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(b.ctx) //nolint:errcheck
+	b.publish(t, holder, topic, `{}`)
+
+	manageAt := func(ahead string) int {
+		var n int
+		require.NoError(t, b.Pool.QueryRow(b.ctx,
+			"SELECT fanout._manage_partitions(p_now => now() + $1::interval)", ahead).Scan(&n))
+		return n
+	}
+	require.Equal(t, 0, manageAt("2 hours"), "waits for both")
+	require.Equal(t, 0, manageAt("2 hours 11 minutes"), "past the bound: the table's holder still counts")
+	require.NoError(t, holder.Commit(b.ctx))
+	require.Equal(t, 0, manageAt("2 hours 1 minute"), "within the bound: the idle transaction counts")
+	require.Equal(t, 1, manageAt("2 hours 11 minutes"), "past the bound: the idle transaction no longer counts")
+	require.True(t, b.qPartition(t, topic, 0).closed)
 }

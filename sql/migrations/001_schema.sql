@@ -283,11 +283,13 @@ CREATE TABLE fanout.partition (
     closed_at   timestamptz,
     txid_bound  xid8,
     truncated_at timestamptz,           -- emptied by cleanup; dropped when the parent is free
-    -- Transactions (virtual ids) that held a lock on the topic's table when
-    -- this partition's creation was first seen committed: their cached
-    -- partition list may predate it, so the sequence jumps into it only once
-    -- they have all ended (fanout._manage_partitions).
+    -- Transactions (virtual ids) of the database that were running when
+    -- this partition's creation was first seen committed (stale_at): their
+    -- cached partition list may predate it, so the sequence jumps into it
+    -- only once they have all ended, or, past a bound, once none of them
+    -- holds the topic's table (fanout._manage_partitions).
     stale_vxids text[],
+    stale_at    timestamptz,
     -- Summary of a closed partition once no transaction can still write it
     -- (fanout._summarize_partitions): its committed rows never change again,
     -- so a group that has not reached it has exactly row_count unread there,
