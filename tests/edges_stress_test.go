@@ -668,7 +668,7 @@ func (s *stressState) auditMissing(ctx context.Context, t *testing.T, pool *pgxp
 			              a.parts, a.snap)
 			FROM fanout.topic tp
 			JOIN fanout.consumer_group cg ON cg.topic_id = tp.topic_id AND cg.group_name IS NOT DISTINCT FROM nullif($2, '')
-			CROSS JOIN LATERAL (SELECT $4::xid8 AS txid) m
+			CROSS JOIN LATERAL (SELECT $4::xid8 AS txid, $3::text AS k) m
 			JOIN public.stress_pos a ON a.group_id = cg.group_id
 			WHERE tp.topic = $1
 			  AND ((pg_visible_in_snapshot(m.txid, a.new_hi) AND NOT pg_visible_in_snapshot(m.txid, a.new_lo))
