@@ -449,7 +449,8 @@ func (s *stressState) consume(ctx context.Context, t *testing.T, pool *pgxpool.P
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				s.errs.add(fmt.Errorf("ack: %w", err))
+				s.errs.add(fmt.Errorf("ack of %v under lease %d: %w (partitions then: %s)",
+					msgIDs, ms[0].LeaseID, err, stressPartitions(ctx, pool)))
 			}
 			return
 		}
@@ -515,6 +516,39 @@ func stressMaintain(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 		}
 		time.Sleep(40 * time.Millisecond)
 	}
+}
+
+// stressPartitions describes each topic's partitions as recorded and as
+// attached (messages and completion tables), for an error that names one.
+func stressPartitions(ctx context.Context, pool *pgxpool.Pool) string {
+	var out string
+	err := pool.QueryRow(ctx, `
+		SELECT string_agg(format('%s: recorded %s; attached %s', t.data_table,
+		         (SELECT string_agg(format('%s%s%s%s', p.part_no, CASE WHEN p.closed_at IS NOT NULL THEN 'c' END,
+		                                   CASE WHEN p.truncated_at IS NOT NULL THEN 't' END,
+		                                   '/' || pg_xact_status(p.created_xid)), ' ' ORDER BY p.part_no)
+		            FROM fanout.partition p WHERE p.topic_id = t.topic_id),
+		         (SELECT string_agg(i.inhrelid::regclass::text, ' ' ORDER BY i.inhrelid::regclass::text)
+		            FROM pg_inherits i
+		           WHERE i.inhparent IN (format('fanout_data.%I', t.data_table)::regclass,
+		                                 coalesce(to_regclass(format('fanout_data.%I', t.data_table || '_done')), 0)))),
+		         '; ')
+		FROM fanout.topic t`).Scan(&out)
+	if err != nil {
+		return err.Error()
+	}
+	return out
+}
+
+// stressWhere says where a key's message is now: its id, or that it is gone.
+func stressWhere(ctx context.Context, pool *pgxpool.Pool, table, key string) string {
+	var out string
+	err := pool.QueryRow(ctx, `SELECT coalesce(string_agg(format('id %s txid %s', x.id, x.txid), ', '), 'gone')
+		FROM fanout_data.`+table+` x WHERE x.payload->>'k' = $1`, key).Scan(&out)
+	if err != nil {
+		return err.Error()
+	}
+	return out
 }
 
 // stressDiagnose logs the state that explains missing messages: groups,
@@ -616,6 +650,10 @@ func (s *stressState) auditMissing(ctx context.Context, t *testing.T, pool *pgxp
 	keys := s.owed(g)
 	s.mu.Lock()
 	var missing []string
+	txidOf := map[string]string{}
+	for i, k := range s.committed {
+		txidOf[k] = s.txids[i]
+	}
 	for _, k := range keys {
 		if !s.got[g][k] && len(missing) < 2 {
 			missing = append(missing, k)
@@ -630,12 +668,12 @@ func (s *stressState) auditMissing(ctx context.Context, t *testing.T, pool *pgxp
 			              a.parts, a.snap)
 			FROM fanout.topic tp
 			JOIN fanout.consumer_group cg ON cg.topic_id = tp.topic_id AND cg.group_name IS NOT DISTINCT FROM nullif($2, '')
-			CROSS JOIN LATERAL (SELECT x.id, x.txid FROM fanout_data.`+table+` x WHERE x.payload->>'k' = $3) m
+			CROSS JOIN LATERAL (SELECT $4::xid8 AS txid) m
 			JOIN public.stress_pos a ON a.group_id = cg.group_id
 			WHERE tp.topic = $1
 			  AND ((pg_visible_in_snapshot(m.txid, a.new_hi) AND NOT pg_visible_in_snapshot(m.txid, a.new_lo))
 			       OR (pg_visible_in_snapshot(m.txid, a.old_hi) AND NOT pg_visible_in_snapshot(m.txid, a.old_lo)))
-			ORDER BY a.at LIMIT 12`, g.topic, g.group, k)
+			ORDER BY a.at LIMIT 12`, g.topic, g.group, k, txidOf[k])
 		if err != nil {
 			t.Logf("audit %s/%s %s: %v", g.topic, g.group, k, err)
 			continue
@@ -645,7 +683,8 @@ func (s *stressState) auditMissing(ctx context.Context, t *testing.T, pool *pgxp
 			t.Logf("audit %s/%s %s: %v", g.topic, g.group, k, err)
 			continue
 		}
-		t.Logf("audit %s/%s key %s:", g.topic, g.group, k)
+		t.Logf("audit %s/%s key %s (txid %s, in %s now: %s):", g.topic, g.group, k, txidOf[k], table,
+			stressWhere(ctx, pool, table, k))
 		for _, l := range lines {
 			t.Logf("  %s", l)
 		}
