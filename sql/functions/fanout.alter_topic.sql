@@ -7,7 +7,8 @@
 -- order holds across the change only for keys whose earlier messages were
 -- consumed (README, "Ordering"). An event_log row records the change.
 -- Returns the topic id.
--- Raises: PGQ01, PGQ03 (a bad value). Tables: fanout.topic, fanout.event_log, fanout_data.* (notify trigger,
+-- Raises: PGQ01, PGQ03 (a bad value). Tables: fanout.topic, fanout.event_log, fanout.kpart (cursors of
+-- new partitions), fanout_data.* (notify trigger,
 -- insert functions).
 CREATE OR REPLACE FUNCTION fanout.alter_topic(
     topic                               text,
@@ -77,6 +78,7 @@ BEGIN
         -- New messages hash over the new count (fanout._kpart_of); messages
         -- already published stay in their key partition.
         PERFORM fanout._create_insert_functions(v_old.topic_id);
+        PERFORM fanout._kpart_cursors(v_old.topic_id, NULL);  -- every group's cursors of the new partitions
         INSERT INTO fanout.event_log (topic, kind, count, detail)
         VALUES (v_old.topic, 'partitions_raised', v_new.partitions - v_old.partitions,
                 jsonb_build_object('from', v_old.partitions, 'to', v_new.partitions));

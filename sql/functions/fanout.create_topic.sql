@@ -17,7 +17,7 @@
 -- fanout_data.m<id>_done (partitioned like the messages) and a
 -- fanout.topic_state row.
 -- Raises: PGQ03 bad option, PGQ04 bad name, PGQ02 settings differ.
--- Tables: fanout.topic, fanout.partition, fanout.consumer_group,
+-- Tables: fanout.topic, fanout.partition, fanout.consumer_group, fanout.kpart,
 -- fanout.topic_state, fanout_data.*.
 CREATE OR REPLACE FUNCTION fanout.create_topic(
     topic                               text,
@@ -199,6 +199,7 @@ BEGIN
         -- receives everything ever published, even in this same transaction.
         INSERT INTO fanout.consumer_group (topic_id, group_name, win_lo, win_hi, start_position)
         VALUES (v_new.topic_id, NULL, '1:1:', '1:1:', 'earliest');
+        PERFORM fanout._kpart_cursors(v_new.topic_id, NULL);  -- partitioned: its cursors
     END IF;
     RETURN v_new.topic_id;
 END

@@ -16,7 +16,8 @@
 -- outside READ COMMITTED: the join snapshot must be fresh), PGQ16 (the group was
 -- cancelled: choose another name), PGQ17 (65th group in reference mode),
 -- PGQ19 (not a pubsub topic).
--- Tables: fanout.topic, fanout.consumer_group, fanout.event_log, fanout_data.*.
+-- Tables: fanout.topic, fanout.consumer_group, fanout.kpart (partitioned topics:
+-- the group's partition cursors), fanout.event_log, fanout_data.*.
 CREATE OR REPLACE FUNCTION fanout.subscribe(
     topic             text,
     group_name        text,
@@ -107,6 +108,7 @@ BEGIN
     VALUES (v_t.topic_id, $2, v_s.o_lo, v_s.o_hi, v_pos, v_s.o_start_id, $6, $7, $8, v_bit,
             CASE WHEN v_pos = 'latest' THEN fanout._next_id(v_t) ELSE v_s.o_start_id END, v_s.o_hi)
     RETURNING * INTO v_g;
+    PERFORM fanout._kpart_cursors(v_t.topic_id, v_g.group_id);  -- partitioned: its cursors
     IF v_bit IS NOT NULL AND v_pos <> 'latest' THEN
         -- Reference mode: the group's bit goes onto retained messages in batches.
         PERFORM fanout._start_bitmap_job(v_g.group_id, 'backfill', v_s.o_start_id, $9, lower($10));

@@ -35,6 +35,7 @@
 {{ template "fanout._idle_hint.sql" . }}
 {{ template "fanout._idle_key.sql" . }}
 {{ template "fanout._kpart_assign.sql" . }}
+{{ template "fanout._kpart_cursors.sql" . }}
 {{ template "fanout._kpart_expr.sql" . }}
 {{ template "fanout._kpart_mode.sql" . }}
 {{ template "fanout._kpart_of.sql" . }}

@@ -117,7 +117,7 @@ CREATE TABLE fanout.member (
 -- arrays (parallel, same order): no per-message rows on the consume path.
 CREATE TABLE fanout.lease (
     lease_id    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    group_id    bigint NOT NULL REFERENCES fanout.consumer_group ON DELETE CASCADE,
+    group_id    bigint NOT NULL,  -- no FK (a KEY SHARE lock on the group row per page): drop_topic and _cleanup_groups delete leases
     consumer    text,
     created_at  timestamptz NOT NULL,
     expires_at  timestamptz NOT NULL,

@@ -66,16 +66,21 @@ BEGIN
             USING ERRCODE = 'PGQ03', HINT = 'pass consumer => a stable member name, or read(..., partition => k)';
     END IF;
     IF p_consumer IS NOT NULL THEN
-        PERFORM fanout._touch_member(v_g.group_id, p_consumer, p_now, true);
+        -- A quarter of the liveness window of fanout._kpart_assign: a live
+        -- member stays live, and an idle one writes rarely.
+        PERFORM fanout._touch_member(v_g.group_id, p_consumer, p_now, true,
+                                     greatest(interval '1 second',
+                                              least(v_g.heartbeat_timeout, interval '30 seconds') / 4));
     END IF;
     IF v_g.status <> 'active' THEN
         RETURN;  -- paused
     END IF;
-    IF v_g.bit_no IS NOT NULL
-       AND EXISTS (SELECT 1 FROM fanout.bitmap_job j
+    IF v_g.bit_no IS NOT NULL THEN  -- (nested: the statement locks bitmap_job even when it short-cuts)
+        IF EXISTS (SELECT 1 FROM fanout.bitmap_job j
                    WHERE j.group_id = v_g.group_id AND j.kind = 'backfill'
                      AND j.status IN ('not_started', 'in_progress')) THEN
-        RETURN;
+            RETURN;
+        END IF;
     END IF;
     -- The mode: NULL is automatic (fanout._kpart_mode is only for going
     -- explicit, or an automatic read of an explicit group).
@@ -96,20 +101,15 @@ BEGIN
                               AND x.last_heartbeat < p_now - least(x.heartbeat_timeout / 10, interval '5 seconds')
                             FOR NO KEY UPDATE SKIP LOCKED);
     END IF;
-    -- Cursors start at the group's position (its window never moves on a
-    -- partitioned topic); created on first use, and for partitions added by
-    -- alter_topic.
-    IF NOT EXISTS (SELECT 1 FROM fanout.kpart k WHERE k.group_id = v_g.group_id AND k.kpart = p_t.partitions - 1) THEN
-        INSERT INTO fanout.kpart (group_id, kpart, win_lo, win_hi, cur_txid, cur_id)
-        SELECT v_g.group_id, s, v_g.win_lo, v_g.win_hi, v_g.cur_txid, v_g.cur_id
-        FROM generate_series(0, p_t.partitions - 1) AS s
-        ON CONFLICT DO NOTHING;
-    END IF;
-
+    -- The partition cursors exist from the group's creation (subscribe,
+    -- create_topic for a queue, alter_topic raising P): a read never inserts.
     IF p_partition IS NOT NULL THEN
         v_parts := ARRAY[p_partition];
     ELSE
         v_parts := fanout._kpart_assign(p_t, v_g, p_consumer, p_now);
+        IF cardinality(v_parts) = 0 THEN
+            RETURN;  -- owns nothing (more members than partitions, or waiting for a release)
+        END IF;
     END IF;
 
     FOR v_k IN

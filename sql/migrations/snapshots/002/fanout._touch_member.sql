@@ -1,13 +1,17 @@
--- fanout._touch_member(p_group_id, p_consumer, p_now): records that a member
--- of a group was seen, at most once a second per member so that
--- thousands of members do not hammer one row. When the row is fresh nothing
+-- fanout._touch_member(p_group_id, p_consumer, p_now, p_strict, p_every):
+-- records that a member of a group was seen, at most once per p_every
+-- (default a second) per member so that thousands of members do not hammer
+-- one row. (Partitioned reads pass a quarter of the assignment's liveness
+-- window: an idle member of a member storm then writes every 7.5 s, not
+-- every second; each such write is a commit waiting for the WAL flush.) When the row is fresh nothing
 -- is locked or written (an upsert's ON CONFLICT DO UPDATE ... WHERE would
 -- lock it). A group has at most 10,000 members (rows are kept 7 days after
 -- the member was last seen): with p_strict a new consumer name beyond that
 -- raises PGQ22 (read, heartbeat); without, it is simply not recorded (acks
 -- must never fail for bookkeeping). Tables: fanout.member.
 CREATE OR REPLACE FUNCTION fanout._touch_member(
-    p_group_id bigint, p_consumer text, p_now timestamptz, p_strict boolean DEFAULT false)
+    p_group_id bigint, p_consumer text, p_now timestamptz, p_strict boolean DEFAULT false,
+    p_every interval DEFAULT interval '1 second')
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
@@ -15,13 +19,13 @@ AS $fn$
 DECLARE
     v_seen timestamptz;
 BEGIN
-    -- The common case, a known member seen within the second: one look-up,
+    -- The common case, a known member seen within p_every: one look-up,
     -- no lock, no write.
     SELECT m.last_seen INTO v_seen FROM fanout.member m WHERE m.group_id = p_group_id AND m.consumer = p_consumer;
     IF FOUND THEN
-        IF v_seen < p_now - interval '1 second' THEN
+        IF v_seen < p_now - p_every THEN
             UPDATE fanout.member m SET last_seen = p_now
-            WHERE m.group_id = p_group_id AND m.consumer = p_consumer AND m.last_seen < p_now - interval '1 second';
+            WHERE m.group_id = p_group_id AND m.consumer = p_consumer AND m.last_seen < p_now - p_every;
         END IF;
         RETURN;
     END IF;

@@ -61,9 +61,15 @@ BEGIN
                    v_t.data_table || '_page_prio');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(int, xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint)',
                    v_t.data_table || '_kpage');
-    -- No foreign keys on these two (their checks cost every publish).
+    -- No foreign keys on these two (their checks cost every publish), nor on
+    -- leases (below).
     DELETE FROM fanout.dedupe d WHERE d.topic_id = v_t.topic_id;
     DELETE FROM fanout.seq_published s WHERE s.topic_id = v_t.topic_id;
+    -- Leases have no foreign key to their group (its check locked the group
+    -- row on every page): they go here. No reader can add one meanwhile
+    -- (they wait on the topic's advisory lock).
+    DELETE FROM fanout.lease l
+    WHERE l.group_id IN (SELECT g.group_id FROM fanout.consumer_group g WHERE g.topic_id = v_t.topic_id);
     DELETE FROM fanout.topic t WHERE t.topic_id = v_t.topic_id;
     INSERT INTO fanout.event_log (topic, kind, detail)
     VALUES (v_t.topic, 'topic_dropped', jsonb_build_object('force', coalesce($2, false)));
