@@ -44,7 +44,7 @@ BEGIN
           AND k.kpart IN (SELECT x.kpart FROM fanout.kpart x
                           WHERE x.group_id = p_g.group_id AND x.owner = p_consumer
                             AND NOT EXISTS (SELECT 1 FROM fanout.lease l
-                                            WHERE l.lease_id = x.lease_id AND l.open_count > 0)
+                                            WHERE l.slot_id = x.lease_id >> 32 AND l.lease_id = x.lease_id AND l.open_count > 0)
                             AND NOT EXISTS (SELECT 1 FROM fanout.retry r
                                             WHERE r.group_id = x.group_id AND r.kpart = x.kpart AND r.attempt > 0)
                           ORDER BY x.kpart DESC
@@ -59,7 +59,7 @@ BEGIN
                           WHERE x.group_id = p_g.group_id AND x.owner IS DISTINCT FROM p_consumer
                             AND (x.owner IS NULL OR x.owner <> ALL (v_members)
                                  OR EXISTS (SELECT 1 FROM fanout.lease l
-                                            WHERE l.lease_id = x.lease_id AND l.open_count > 0
+                                            WHERE l.slot_id = x.lease_id >> 32 AND l.lease_id = x.lease_id AND l.open_count > 0
                                               AND l.expires_at <= p_now))
                           ORDER BY x.owner IS NULL DESC, x.kpart
                           LIMIT v_target - v_mine
