@@ -28,9 +28,15 @@ BEGIN
     JOIN fanout.consumer_group g ON g.group_id = l.group_id
     JOIN fanout.topic t ON t.topic_id = g.topic_id
     WHERE l.slot_id = p_lease_id >> 32;
-    SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = p_lease_id >> 32;
-    IF v_l.lease_id = p_lease_id THEN
-        SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = p_lease_id >> 32 FOR UPDATE;
+    -- The slot's current page, locked; else (no lock) what the slot holds.
+    SELECT * INTO v_l FROM fanout.lease l
+    WHERE l.slot_id = p_lease_id >> 32 AND l.lease_id = p_lease_id FOR UPDATE;
+    IF NOT FOUND THEN
+        SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = p_lease_id >> 32;
+        IF v_l.lease_id = p_lease_id THEN
+            -- Handed out just now (after the statement above began).
+            SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = p_lease_id >> 32 FOR UPDATE;
+        END IF;
     END IF;
     IF v_l.slot_id IS NULL OR (p_lease_id & 4294967295) NOT BETWEEN 1 AND v_l.page_no THEN
         RAISE EXCEPTION 'lease % does not exist', p_lease_id
