@@ -449,7 +449,8 @@ func (s *stressState) consume(ctx context.Context, t *testing.T, pool *pgxpool.P
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				s.errs.add(fmt.Errorf("ack: %w", err))
+				s.errs.add(fmt.Errorf("ack of %v under lease %d: %w (partitions then: %s)",
+					msgIDs, ms[0].LeaseID, err, stressPartitions(ctx, pool)))
 			}
 			return
 		}
@@ -515,6 +516,28 @@ func stressMaintain(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 		}
 		time.Sleep(40 * time.Millisecond)
 	}
+}
+
+// stressPartitions describes each topic's partitions as recorded and as
+// attached (messages and completion tables), for an error that names one.
+func stressPartitions(ctx context.Context, pool *pgxpool.Pool) string {
+	var out string
+	err := pool.QueryRow(ctx, `
+		SELECT string_agg(format('%s: recorded %s; attached %s', t.data_table,
+		         (SELECT string_agg(format('%s%s%s%s', p.part_no, CASE WHEN p.closed_at IS NOT NULL THEN 'c' END,
+		                                   CASE WHEN p.truncated_at IS NOT NULL THEN 't' END,
+		                                   '/' || pg_xact_status(p.created_xid)), ' ' ORDER BY p.part_no)
+		            FROM fanout.partition p WHERE p.topic_id = t.topic_id),
+		         (SELECT string_agg(i.inhrelid::regclass::text, ' ' ORDER BY i.inhrelid::regclass::text)
+		            FROM pg_inherits i
+		           WHERE i.inhparent IN (format('fanout_data.%I', t.data_table)::regclass,
+		                                 coalesce(to_regclass(format('fanout_data.%I', t.data_table || '_done')), 0)))),
+		         '; ')
+		FROM fanout.topic t`).Scan(&out)
+	if err != nil {
+		return err.Error()
+	}
+	return out
 }
 
 // stressDiagnose logs the state that explains missing messages: groups,

@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -300,4 +302,110 @@ func TestQueueConsumePathIsAppendOnly(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// Dropping an emptied partition never queues for a lock: a transaction that
+// holds the partition itself (some look-ups read a partition directly, not
+// through its parent) keeps it for a later round, and the call returns at
+// once instead of waiting while it holds the parent, which would stop every
+// publisher and reader of the topic behind it.
+func TestQueuePartitionDropNeverQueues(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := "parts.dropwait"
+	b.createTopic(t, b.Pool, topic, qPartOpts)
+	b.qPublishN(t, b.Pool, topic, 0, 10)
+	require.Len(t, b.qDrain(t, b.Pool, topic, "w", 100), 10)
+	b.qRotate(t)
+	p := b.qPartition(t, topic, 0)
+	parent := strings.TrimSuffix(p.relname, "_p0")
+
+	// The parent busy: the partition is emptied but not dropped.
+	holder, err := b.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = holder.Exec(b.ctx, fmt.Sprintf("LOCK TABLE ONLY fanout_data.%s IN ACCESS SHARE MODE", parent))
+	require.NoError(t, err)
+	require.Equal(t, 1, b.qCleanup(t, "90 minutes"), "emptied")
+	require.True(t, b.qPartition(t, topic, 0).rel, "not dropped while its parent is busy")
+	require.NoError(t, holder.Commit(b.ctx))
+
+	// The partition itself busy: the call returns without waiting.
+	holder, err = b.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(b.ctx) }()
+	var n int
+	require.NoError(t, holder.QueryRow(b.ctx, fmt.Sprintf("SELECT count(*) FROM fanout_data.%s", p.relname)).Scan(&n))
+	done := make(chan error, 1)
+	var pid uint32
+	conn, err := b.Pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	pid = conn.Conn().PgConn().PID()
+	go func() {
+		_, err := conn.Exec(b.ctx, "SELECT fanout._cleanup_partitions(p_now => now() + interval '90 minutes')")
+		done <- err
+	}()
+	for returned := false; !returned; {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			returned = true
+		default:
+			var waiting bool
+			require.NoError(t, b.Pool.QueryRow(b.ctx,
+				"SELECT coalesce(bool_or(wait_event_type = 'Lock'), false) FROM pg_stat_activity WHERE pid = $1",
+				pid).Scan(&waiting))
+			require.False(t, waiting, "cleanup queued for a lock behind the partition's holder")
+		}
+	}
+	require.True(t, b.qPartition(t, topic, 0).rel, "kept while a transaction holds it")
+	require.NoError(t, holder.Commit(b.ctx))
+	require.Equal(t, 0, b.qCleanup(t, "90 minutes"), "nothing left to empty")
+	require.False(t, b.qPartition(t, topic, 0).rel, "dropped once free")
+}
+
+// A partition due at max_retention whose lease is held by an acking
+// transaction that has not committed: the round that empties it gives up
+// (it would hold the partition exclusively, so every reader of the topic
+// would wait behind the acker) and a later round, after the commit, empties
+// it and counts exactly the messages that acker did not settle.
+func TestQueuePartitionCleanupGivesUpOnAHeldLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := "parts.heldlease"
+	b.createTopic(t, b.Pool, topic, qPartOpts)
+	published := b.qPublishN(t, b.Pool, topic, 0, 4)
+	ms := b.read(t, b.Pool, topic, nil, "w", 4, "1 hour")
+	require.Len(t, ms, 4)
+	b.qRotate(t)
+
+	acker, err := b.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = acker.Rollback(b.ctx) }()
+	require.Equal(t, 1, b.ack(t, acker, ms[0].LeaseID, published[:1]))
+	done := make(chan int, 1)
+	go func() {
+		var n int
+		err := b.Pool.QueryRow(b.ctx, "SELECT fanout._cleanup_partitions(p_now => now() + interval '3 hours')").Scan(&n)
+		if err != nil {
+			n = -1
+		}
+		done <- n
+	}()
+	select {
+	case n := <-done:
+		require.Equal(t, 0, n, "busy: left for a later round")
+	case <-b.ctx.Done():
+		t.Fatal("cleanup waited for the acking transaction")
+	}
+	require.True(t, b.qPartition(t, topic, 0).rel)
+	require.NoError(t, acker.Commit(b.ctx))
+
+	require.Equal(t, 1, b.qCleanup(t, "3 hours"))
+	require.False(t, b.qPartition(t, topic, 0).rel)
+	var lost int64
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `
+		SELECT g.lost_messages FROM fanout.consumer_group g JOIN fanout.topic t USING (topic_id)
+		WHERE t.topic = $1`, topic).Scan(&lost))
+	require.Equal(t, int64(3), lost, "the three the acker left open")
 }

@@ -11,13 +11,15 @@
 -- fanout.event_log. No row is ever updated or deleted in a message table: a
 -- partition is emptied with TRUNCATE, which locks only the partition (readers
 -- lock the parent first, so dropping here could deadlock with them), and
--- dropped, empty, as soon as its parent can be locked without waiting.
+-- dropped, empty, as soon as it and its parent can be locked without
+-- waiting (partition first: some look-ups read a partition directly).
 -- Reference mode: the partition's completion rows (m<topic_id>_done_p<n>)
 -- are emptied and dropped with it, and locked with it: an ack still
 -- recording completions there keeps the partition for a later round.
 -- A candidate is checked, then locked (ACCESS EXCLUSIVE, waiting at most
 -- 200 ms: a transaction still writing into it keeps it for a later round),
--- then checked again, so a message committed in between is never lost.
+-- then checked again, so a message committed in between is never lost; no
+-- lock wait of the round (lease and retry rows too) lasts over 200 ms.
 -- A topic that fails is logged (fanout._maint_failed) and skipped.
 -- Offset topics: closed partitions are summarized first
 -- (fanout._summarize_partitions), which keeps the per-group checks and loss
@@ -73,8 +75,14 @@ BEGIN
                     -- An ack still writing its completion rows keeps it too.
                     EXECUTE format('LOCK TABLE fanout_data.%I IN ACCESS EXCLUSIVE MODE', v_done_rel);
                 END IF;
-                PERFORM set_config('lock_timeout', v_timeout, true);
-                EXIT WHEN NOT v_forced AND NOT fanout._partition_droppable(v_t, v_p, p_now);
+                -- lock_timeout stays short for the whole round: holding the
+                -- partition, this must not wait long on a lease or retry row
+                -- either (an ack holding its lease row waits for the
+                -- partition: the round gives up instead of deadlocking).
+                IF NOT v_forced AND NOT fanout._partition_droppable(v_t, v_p, p_now) THEN
+                    PERFORM set_config('lock_timeout', v_timeout, true);
+                    EXIT;
+                END IF;
 
                 v_total := 0;
                 -- Groups whose window starts past the partition's bound and
@@ -164,6 +172,7 @@ BEGIN
                     WHERE t.topic_id = v_t.topic_id;
                 END IF;
                 v_done := v_done + 1;
+                PERFORM set_config('lock_timeout', v_timeout, true);
             EXCEPTION WHEN lock_not_available THEN
                 -- All of it or none: the subtransaction rolled back any counting.
                 RAISE NOTICE 'fanout: partition % is busy; emptying it later', v_p.relname;
@@ -176,12 +185,24 @@ BEGIN
             SELECT * FROM fanout.partition p WHERE p.topic_id = v_t.topic_id AND p.truncated_at IS NOT NULL
         LOOP
             BEGIN
+                -- Every lock NOWAIT, the partitions before their parents:
+                -- holding a parent while queueing for a partition would
+                -- stop every publisher and reader of the topic behind this
+                -- call (and deadlock with a transaction that holds the
+                -- partition and waits for one of them).
+                EXECUTE format('LOCK TABLE fanout_data.%I IN ACCESS EXCLUSIVE MODE NOWAIT', v_p.relname);
                 EXECUTE format('LOCK TABLE ONLY fanout_data.%I IN ACCESS EXCLUSIVE MODE NOWAIT', v_t.data_table);
-                EXECUTE format('DROP TABLE fanout_data.%I', v_p.relname);
                 IF v_t.completion = 'reference' THEN
+                    v_done_rel := v_t.data_table || '_done_p' || v_p.part_no;
+                    IF to_regclass(format('fanout_data.%I', v_done_rel)) IS NOT NULL THEN
+                        EXECUTE format('LOCK TABLE fanout_data.%I IN ACCESS EXCLUSIVE MODE NOWAIT', v_done_rel);
+                    END IF;
                     EXECUTE format('LOCK TABLE ONLY fanout_data.%I IN ACCESS EXCLUSIVE MODE NOWAIT',
                                    v_t.data_table || '_done');
-                    EXECUTE format('DROP TABLE IF EXISTS fanout_data.%I', v_t.data_table || '_done_p' || v_p.part_no);
+                END IF;
+                EXECUTE format('DROP TABLE fanout_data.%I', v_p.relname);
+                IF v_t.completion = 'reference' THEN
+                    EXECUTE format('DROP TABLE IF EXISTS fanout_data.%I', v_done_rel);
                 END IF;
                 DELETE FROM fanout.partition p WHERE p.topic_id = v_p.topic_id AND p.part_no = v_p.part_no;
             EXCEPTION WHEN lock_not_available THEN

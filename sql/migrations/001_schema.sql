@@ -210,9 +210,17 @@ CREATE TABLE fanout.dead_letter (
 -- fanout.topic: its check locked the topic row (FOR KEY SHARE) once per key,
 -- which doubled the cost of the insert; fanout.drop_topic deletes the rows
 -- (publishers of the topic hold its advisory lock, so none can slip in).
+-- The key is compared byte-wise (COLLATE "C"): only equality matters, and
+-- in a database with a linguistic default collation every comparison of the
+-- primary-key insert would go through the locale (about 30 % of the insert
+-- with ICU, measured). created_at keeps a B-tree although it costs the
+-- insert a second entry (about 5 % of a deduped batch): a BRIN index would
+-- be cheaper to write, but cleanup frees the oldest blocks and new keys
+-- refill them, so every block range would soon span the whole window and
+-- each cleanup would read the whole table.
 CREATE TABLE fanout.dedupe (
     topic_id    bigint NOT NULL,
-    dedupe_key  text NOT NULL,
+    dedupe_key  text COLLATE "C" NOT NULL,
     message_id  bigint NOT NULL,
     created_at  timestamptz NOT NULL,
     PRIMARY KEY (topic_id, dedupe_key)
