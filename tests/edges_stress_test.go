@@ -540,6 +540,17 @@ func stressPartitions(ctx context.Context, pool *pgxpool.Pool) string {
 	return out
 }
 
+// stressWhere says where a key's message is now: its id, or that it is gone.
+func stressWhere(ctx context.Context, pool *pgxpool.Pool, table, key string) string {
+	var out string
+	err := pool.QueryRow(ctx, `SELECT coalesce(string_agg(format('id %s txid %s', x.id, x.txid), ', '), 'gone')
+		FROM fanout_data.`+table+` x WHERE x.payload->>'k' = $1`, key).Scan(&out)
+	if err != nil {
+		return err.Error()
+	}
+	return out
+}
+
 // stressDiagnose logs the state that explains missing messages: groups,
 // reference stamps, pending reconciliations, bitmap jobs, lock waits.
 func stressDiagnose(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
@@ -639,6 +650,10 @@ func (s *stressState) auditMissing(ctx context.Context, t *testing.T, pool *pgxp
 	keys := s.owed(g)
 	s.mu.Lock()
 	var missing []string
+	txidOf := map[string]string{}
+	for i, k := range s.committed {
+		txidOf[k] = s.txids[i]
+	}
 	for _, k := range keys {
 		if !s.got[g][k] && len(missing) < 2 {
 			missing = append(missing, k)
@@ -653,12 +668,12 @@ func (s *stressState) auditMissing(ctx context.Context, t *testing.T, pool *pgxp
 			              a.parts, a.snap)
 			FROM fanout.topic tp
 			JOIN fanout.consumer_group cg ON cg.topic_id = tp.topic_id AND cg.group_name IS NOT DISTINCT FROM nullif($2, '')
-			CROSS JOIN LATERAL (SELECT x.id, x.txid FROM fanout_data.`+table+` x WHERE x.payload->>'k' = $3) m
+			CROSS JOIN LATERAL (SELECT $4::xid8 AS txid) m
 			JOIN public.stress_pos a ON a.group_id = cg.group_id
 			WHERE tp.topic = $1
 			  AND ((pg_visible_in_snapshot(m.txid, a.new_hi) AND NOT pg_visible_in_snapshot(m.txid, a.new_lo))
 			       OR (pg_visible_in_snapshot(m.txid, a.old_hi) AND NOT pg_visible_in_snapshot(m.txid, a.old_lo)))
-			ORDER BY a.at LIMIT 12`, g.topic, g.group, k)
+			ORDER BY a.at LIMIT 12`, g.topic, g.group, k, txidOf[k])
 		if err != nil {
 			t.Logf("audit %s/%s %s: %v", g.topic, g.group, k, err)
 			continue
@@ -668,7 +683,8 @@ func (s *stressState) auditMissing(ctx context.Context, t *testing.T, pool *pgxp
 			t.Logf("audit %s/%s %s: %v", g.topic, g.group, k, err)
 			continue
 		}
-		t.Logf("audit %s/%s key %s:", g.topic, g.group, k)
+		t.Logf("audit %s/%s key %s (txid %s, in %s now: %s):", g.topic, g.group, k, txidOf[k], table,
+			stressWhere(ctx, pool, table, k))
 		for _, l := range lines {
 			t.Logf("  %s", l)
 		}

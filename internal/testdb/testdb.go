@@ -211,6 +211,11 @@ func New(t testing.TB) *Bundle {
 	b, err := create(ctx, ServerURL(t), tpl)
 	require.NoError(t, err)
 	t.Cleanup(func() {
+		if t.Failed() && os.Getenv("PGQ_KEEP_FAILED_DB") != "" {
+			b.Pool.Close()
+			t.Logf("testdb: kept database %s of the failed test (PGQ_KEEP_FAILED_DB)", b.DBName)
+			return
+		}
 		if err := b.Drop(); err != nil {
 			t.Logf("testdb: %v", err)
 		}

@@ -18,8 +18,9 @@
 -- recording completions there keeps the partition for a later round.
 -- A candidate is checked, then locked (ACCESS EXCLUSIVE, waiting at most
 -- 200 ms: a transaction still writing into it keeps it for a later round),
--- then checked again, so a message committed in between is never lost; no
--- lock wait of the round (lease and retry rows too) lasts over 200 ms.
+-- then checked again, so a message committed in between is never lost. Once
+-- the call holds a partition it never waits (1 ms lock timeout, NOWAIT): a
+-- wait there could close a lock cycle with readers and ackers.
 -- A topic that fails is logged (fanout._maint_failed) and skipped.
 -- Offset topics: closed partitions are summarized first
 -- (fanout._summarize_partitions), which keeps the per-group checks and loss
@@ -69,16 +70,24 @@ BEGIN
             -- Later partitions are younger and no further consumed.
             EXIT WHEN NOT v_forced AND NOT fanout._partition_droppable(v_t, v_p, p_now);
             BEGIN
-                PERFORM set_config('lock_timeout', '200ms', true);
+                -- Waiting is allowed only while this call holds no partition
+                -- yet: the first lock may wait 200 ms (readers' statements
+                -- hold every partition briefly); every later lock of the
+                -- call, including the completion partition and the lease and
+                -- retry rows of the count below, is all but NOWAIT (1 ms).
+                -- A call that waited while holding a partition would be the
+                -- middle of a lock cycle: a reader holding a partition (a
+                -- direct look-up) waits for another reader's group row, that
+                -- reader for the partition held here; an ack holding its
+                -- lease row waits for the partition. The round gives up
+                -- instead, and a later call tries again.
+                PERFORM set_config('lock_timeout', CASE WHEN v_done = 0 THEN '200ms' ELSE '1ms' END, true);
                 EXECUTE format('LOCK TABLE fanout_data.%I IN ACCESS EXCLUSIVE MODE', v_p.relname);
+                PERFORM set_config('lock_timeout', '1ms', true);
                 IF v_done_rel IS NOT NULL THEN
                     -- An ack still writing its completion rows keeps it too.
-                    EXECUTE format('LOCK TABLE fanout_data.%I IN ACCESS EXCLUSIVE MODE', v_done_rel);
+                    EXECUTE format('LOCK TABLE fanout_data.%I IN ACCESS EXCLUSIVE MODE NOWAIT', v_done_rel);
                 END IF;
-                -- lock_timeout stays short for the whole round: holding the
-                -- partition, this must not wait long on a lease or retry row
-                -- either (an ack holding its lease row waits for the
-                -- partition: the round gives up instead of deadlocking).
                 IF NOT v_forced AND NOT fanout._partition_droppable(v_t, v_p, p_now) THEN
                     PERFORM set_config('lock_timeout', v_timeout, true);
                     EXIT;
