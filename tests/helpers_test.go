@@ -111,3 +111,11 @@ func ids(ms []msg) []int64 {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// keepLeaseHistory keeps every page of every lease slot for audits (the
+// view audit.lease_all; testdb.KeepLeaseHistory): fanout.lease holds only
+// each slot's current page.
+func (b *bundle) keepLeaseHistory(t *testing.T) {
+	t.Helper()
+	require.NoError(t, testdb.KeepLeaseHistory(b.ctx, b.Pool, "audit"))
+}

@@ -15,6 +15,7 @@ import (
 func TestPartitionsReferenceMode(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.keepLeaseHistory(t)
 	b.refTopic(t, "rp", "partitions => 4", "retention => '1 second'", "zero_subscription_retention => '1 second'")
 	b.subscribe(t, "rp", "A")
 	b.subscribe(t, "rp", "B")
@@ -23,7 +24,7 @@ func TestPartitionsReferenceMode(t *testing.T) {
 	require.NoError(t, err)
 	all := sorted(b.drain(t, "rp", ptr("A")))
 	require.Len(t, all, 40)
-	require.EqualValues(t, 4, b.count(t, `SELECT count(*) FROM fanout.lease WHERE kpart IS NOT NULL`),
+	require.EqualValues(t, 4, b.count(t, `SELECT count(*) FROM audit.lease_all WHERE kpart IS NOT NULL`),
 		"a partitioned read hands out one page per key partition")
 	for _, id := range all {
 		req, done, st := b.bits(t, "rp", id)

@@ -57,6 +57,7 @@ func pgState(err error) string {
 func TestPartitionsOrderingWithKilledMembers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.keepLeaseHistory(t)
 	const topic, keys, perKey, producers = "orders.events", 200, 50, 4
 	b.createTopic(t, b.Pool, topic, "semantics => 'pubsub'", "partitions => 16")
 	for _, g := range []string{"a", "b"} {
@@ -239,7 +240,7 @@ func TestPartitionsOrderingWithKilledMembers(t *testing.T) {
 // pRequireOnePagePerPartition: no two leases of one (group, key partition)
 // were open at the same time ([created_at, settled or expired)), i.e. a
 // partition's next page never went out before the previous one was settled
-// or had expired.
+// or had expired. Reads the lease history (b.keepLeaseHistory first).
 func (b *bundle) pRequireOnePagePerPartition(t *testing.T, topic string) {
 	t.Helper()
 	var n int
@@ -247,13 +248,13 @@ func (b *bundle) pRequireOnePagePerPartition(t *testing.T, topic string) {
 		WITH l AS (
 		    SELECT l.lease_id, l.group_id, l.kpart,
 		           tstzrange(l.created_at, least(l.expires_at, coalesce(l.closed_at, 'infinity'))) AS r
-		    FROM fanout.lease l JOIN fanout.consumer_group g USING (group_id)
+		    FROM audit.lease_all l JOIN fanout.consumer_group g USING (group_id)
 		    JOIN fanout.topic t USING (topic_id) WHERE t.topic = $1)
 		SELECT count(*) FROM l x JOIN l y ON x.group_id = y.group_id AND x.kpart = y.kpart
 		    AND x.lease_id < y.lease_id AND x.r && y.r`, topic).Scan(&n))
 	require.Zero(t, n, "two pages of one partition were out at once")
 	require.NoError(t, b.Pool.QueryRow(b.ctx, `
-		SELECT count(*) FROM fanout.lease l JOIN fanout.consumer_group g USING (group_id)
+		SELECT count(*) FROM audit.lease_all l JOIN fanout.consumer_group g USING (group_id)
 		JOIN fanout.topic t USING (topic_id) WHERE t.topic = $1 AND l.kpart IS NULL`, topic).Scan(&n))
 	require.Zero(t, n, "a lease of a partitioned topic without its partition")
 }
@@ -283,6 +284,7 @@ func (b *bundle) pOwners(t *testing.T, topic, group string) map[string]int {
 func TestPartitionsRebalance(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.keepLeaseHistory(t)
 	const topic, group, P = "rebalance", "g", 16
 	b.createTopic(t, b.Pool, topic, "semantics => 'pubsub'", fmt.Sprintf("partitions => %d", P))
 	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe($1, $2, heartbeat_timeout => '2 seconds')`, topic, group)

@@ -15,20 +15,22 @@ import (
 
 // qLeaseOverlaps counts pairs of leases of a topic that hold the same message
 // with overlapping [created_at, expires_at) intervals (docs/design.md §3.5), and
-// messages delivered again after a lease had already settled them.
+// messages delivered again after a lease had already settled them. Reads the
+// lease history (b.keepLeaseHistory first).
 func (b *bundle) qLeaseOverlaps(t *testing.T, topic string) (overlaps, afterSettle int64) {
 	t.Helper()
 	require.NoError(t, b.Pool.QueryRow(b.ctx, `
 		WITH x AS (
 		    SELECT l.lease_id, l.created_at, l.expires_at, m.id, m.id = ANY (l.settled) AS settled
-		    FROM fanout.lease l
+		    FROM audit.lease_all l
 		    JOIN fanout.consumer_group g ON g.group_id = l.group_id
 		    JOIN fanout.topic t ON t.topic_id = g.topic_id
 		    CROSS JOIN LATERAL unnest(l.msg_ids) AS m(id)
 		    WHERE t.topic = $1)
 		SELECT (SELECT count(*) FROM x a JOIN x c ON a.id = c.id AND a.lease_id < c.lease_id
 		        WHERE tstzrange(a.created_at, a.expires_at) && tstzrange(c.created_at, c.expires_at)),
-		       (SELECT count(*) FROM x a JOIN x c ON a.id = c.id AND a.lease_id < c.lease_id
+		       (SELECT count(*) FROM x a JOIN x c ON a.id = c.id
+		            AND (a.created_at, a.lease_id) < (c.created_at, c.lease_id)
 		        WHERE a.settled)`, topic).Scan(&overlaps, &afterSettle))
 	return overlaps, afterSettle
 }
@@ -44,6 +46,7 @@ func (b *bundle) qLeaseOverlaps(t *testing.T, topic string) (overlaps, afterSett
 func TestQueueCompetingConsumers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.keepLeaseHistory(t)
 	const total, consumers = 10_000, 4
 
 	type got struct {
@@ -153,7 +156,7 @@ func TestQueueCompetingConsumers(t *testing.T) {
 		// What consumers received is exactly what the lease table says they held.
 		var leaseRows []got
 		rows, err := b.Pool.Query(b.ctx, `
-			SELECT l.lease_id, l.msg_ids FROM fanout.lease l
+			SELECT l.lease_id, l.msg_ids FROM audit.lease_all l
 			JOIN fanout.consumer_group g ON g.group_id = l.group_id
 			JOIN fanout.topic t ON t.topic_id = g.topic_id WHERE t.topic = $1 ORDER BY l.lease_id`, topic)
 		require.NoError(t, err)
@@ -183,7 +186,7 @@ func TestQueueCompetingConsumers(t *testing.T) {
 		var settledTwice int64
 		require.NoError(t, b.Pool.QueryRow(b.ctx, `
 			SELECT count(*) FROM (
-			    SELECT s FROM fanout.lease l JOIN fanout.consumer_group g ON g.group_id = l.group_id
+			    SELECT s FROM audit.lease_all l JOIN fanout.consumer_group g ON g.group_id = l.group_id
 			    JOIN fanout.topic t ON t.topic_id = g.topic_id, unnest(l.settled) s
 			    WHERE t.topic = $1 GROUP BY s HAVING count(*) > 1) x`, topic).Scan(&settledTwice))
 		require.Zero(t, settledTwice)

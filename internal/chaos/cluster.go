@@ -118,6 +118,9 @@ func freshDatabase(ctx context.Context, adminURL, name string) (string, error) {
 	if _, err := db.Exec(ctx, `CREATE SCHEMA chaos; CREATE TABLE chaos.txn (txn text PRIMARY KEY)`); err != nil {
 		return "", fmt.Errorf("ledger table: %w", err)
 	}
+	if err := testdb.KeepLeaseHistory(ctx, db, "chaos"); err != nil {
+		return "", err
+	}
 	return u, nil
 }
 

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -104,10 +105,11 @@ func verify(ctx context.Context, dbURL, runDir string, topics []topicSpec) (*ver
 	for _, n := range names {
 		ledger[n] = true
 	}
-	// The server's leases: the delivery history of every message.
+	// The server's leases: the delivery history of every message (every page
+	// of every lease slot, kept by the harness's lease log: freshDatabase).
 	rows, err = conn.Query(ctx, `SELECT l.lease_id, t.topic || '/' || coalesce(g.group_name, 'queue'), l.created_at,
 			l.expires_at, l.msg_ids, l.attempts, l.settled, l.reclaimed
-		FROM fanout.lease l JOIN fanout.consumer_group g USING (group_id) JOIN fanout.topic t USING (topic_id)
+		FROM chaos.lease_all l JOIN fanout.consumer_group g USING (group_id) JOIN fanout.topic t USING (topic_id)
 		ORDER BY l.lease_id`)
 	if err != nil {
 		return nil, fmt.Errorf("verify: leases: %w", err)
@@ -173,7 +175,14 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 	for id := range leases {
 		ids = append(ids, id)
 	}
-	slices.Sort(ids)
+	// In the order they were handed out (lease ids are slot * 2^32 + page,
+	// not a clock).
+	slices.SortFunc(ids, func(a, b int64) int {
+		if c := leases[a].created.Compare(leases[b].created); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
 	for _, id := range ids {
 		l := leases[id]
 		for _, m := range l.msgs {

@@ -2,6 +2,8 @@
 -- ack/nack of p_message_ids (NULL = the whole lease) settles now: the ones
 -- not settled yet. Fencing happens here: a message that expired and was
 -- re-delivered to another lease can no longer be settled through this one.
+-- An earlier page of a reused slot comes as an empty page (fanout._lock_lease):
+-- its messages were all settled, so nothing is (no check of p_message_ids).
 -- Raises: PGQ03 NULL element, PGQ11 fenced, PGQ12 message not in the lease.
 -- Touches no table.
 CREATE OR REPLACE FUNCTION fanout._lease_targets(p_l fanout.lease, p_message_ids bigint[])
@@ -22,6 +24,9 @@ BEGIN
     END IF;
     IF array_position(v_req, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'message_ids must not contain NULL' USING ERRCODE = 'PGQ03';
+    END IF;
+    IF cardinality(p_l.msg_ids) = 0 THEN
+        RETURN '{}';  -- an earlier page of a reused slot: settled in full
     END IF;
     v_bad := ARRAY(SELECT DISTINCT x FROM unnest(v_req) AS x WHERE x = ANY (p_l.reclaimed) ORDER BY x);
     IF cardinality(v_bad) > 0 THEN

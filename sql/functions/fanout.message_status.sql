@@ -29,6 +29,7 @@ DECLARE
     v_done bigint;
     v_msg  text;
     v_kpart int;
+    v_prio  int;
 BEGIN
     PERFORM fanout._authorize($1, 'admin');
     v_t := fanout._topic(p_topic);
@@ -47,6 +48,10 @@ BEGIN
     ELSE
         EXECUTE format('SELECT m.txid FROM fanout_data.%I m WHERE m.id = $1', v_t.data_table)
             INTO v_txid USING p_message_id;
+    END IF;
+    IF v_t.prioritized THEN
+        EXECUTE format('SELECT coalesce(m.priority, 0) FROM fanout_data.%I m WHERE m.id = $1', v_t.data_table)
+            INTO v_prio USING p_message_id;
     END IF;
     IF v_t.partitions IS NOT NULL THEN
         -- Partitioned: each group's position is that of the message's key partition.
@@ -83,11 +88,16 @@ BEGIN
                           AND pg_visible_in_snapshot(v_txid, g.join_snap) THEN 'before_start'
                      WHEN g.bit_no IS NOT NULL AND (v_done & (1::bigint << g.bit_no)) <> 0 THEN 'acked'
                      WHEN g.bit_no IS NOT NULL AND (v_req & (1::bigint << g.bit_no)) = 0 THEN 'not_required'
-                     -- A window read by priority keeps its cursor at its start
-                     -- (fanout._window_page_priority): settled by a lease is acked.
+                     -- A window read by priority keeps (cur_txid, cur_id) at its
+                     -- start (fanout._window_page_priority); its priority cursor
+                     -- (level 9 down to 0, then (txid, id)) says what of the window
+                     -- was handed out: what is not held or waiting (above) is acked.
                      WHEN g.prio_level IS NOT NULL
-                          AND EXISTS (SELECT 1 FROM fanout.lease l
-                                      WHERE l.group_id = g.group_id AND p_message_id = ANY (l.settled)) THEN 'acked'
+                          AND pg_visible_in_snapshot(v_txid, g.win_hi) AND NOT pg_visible_in_snapshot(v_txid, g.win_lo)
+                          AND (v_txid, p_message_id) > (g.cur_txid, g.cur_id)
+                          AND (v_prio > g.prio_level
+                               OR (v_prio = g.prio_level AND (v_txid, p_message_id) <= (g.prio_txid, g.prio_id)))
+                         THEN 'acked'
                      WHEN NOT pg_visible_in_snapshot(v_txid, g.win_lo)
                           AND ((v_txid, p_message_id) > (g.cur_txid, g.cur_id)
                                OR NOT pg_visible_in_snapshot(v_txid, g.win_hi))
@@ -95,7 +105,7 @@ BEGIN
                      ELSE 'acked'
                  END AS st
           FROM (SELECT g0.group_id, g0.group_name, g0.bit_no, g0.start_position, g0.joined_id,
-                       g0.effective_start_id, g0.join_snap, g0.topic_id, g0.status, g0.prio_level,
+                       g0.effective_start_id, g0.join_snap, g0.topic_id, g0.status, g0.prio_level, g0.prio_txid, g0.prio_id,
                        coalesce(k.win_lo, g0.win_lo) AS win_lo, coalesce(k.win_hi, g0.win_hi) AS win_hi,
                        coalesce(k.cur_txid, g0.cur_txid) AS cur_txid, coalesce(k.cur_id, g0.cur_id) AS cur_id
                 FROM fanout.consumer_group g0

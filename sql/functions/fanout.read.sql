@@ -241,11 +241,7 @@ BEGIN
     IF cardinality(v_ids) = 0 THEN
         RETURN;
     END IF;
-    INSERT INTO fanout.lease AS l (group_id, consumer, created_at, expires_at, msg_ids, msg_txids, attempts,
-                                   open_count, min_id)
-    VALUES (v_g.group_id, p_consumer, v_now, v_now + p_lease, v_ids, v_txids, v_att,
-            cardinality(v_ids), (SELECT min(x) FROM unnest(v_ids) AS x))
-    RETURNING l.lease_id INTO v_lease_id;
+    v_lease_id := fanout._lease_open(v_g.group_id, p_consumer, v_now, v_now + p_lease, v_ids, v_txids, v_att);
 
     -- Taken-over and retried messages: one index look-up each (OFFSET 0 keeps
     -- the planner from hashing the whole table). The stream's page came back

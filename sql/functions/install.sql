@@ -41,6 +41,7 @@
 {{ template "fanout._kpart_of.sql" . }}
 {{ template "fanout._kpart_read.sql" . }}
 {{ template "fanout._kpart_view.sql" . }}
+{{ template "fanout._lease_open.sql" . }}
 {{ template "fanout._lease_settle.sql" . }}
 {{ template "fanout._lease_targets.sql" . }}
 {{ template "fanout._liveness.sql" . }}

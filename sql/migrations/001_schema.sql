@@ -113,11 +113,24 @@ CREATE TABLE fanout.member (
     PRIMARY KEY (group_id, consumer)
 ) WITH (fillfactor = 70);  -- last_seen updated at most once a second per member (HOT)
 
--- A lease: one page handed to one consumer. Per-message state lives in the
--- arrays (parallel, same order): no per-message rows on the consume path.
+-- Lease slots: one page handed to one consumer. Per-message state lives in
+-- the arrays (parallel, same order): no per-message rows on the consume
+-- path. A slot is a row that is reused: a read puts its page into a free
+-- slot of its group (open_count = 0, nothing taken from its last page) by
+-- one update, and inserts a slot only when none is free, so the table holds
+-- as many rows as a group ever had pages out at once. Only slot_id and
+-- group_id are indexed and neither ever changes, so every update (read,
+-- ack, nack, takeover, extension) can be HOT: fillfactor 50 keeps room on
+-- each page for a new version of its rows, and page pruning frees the old
+-- ones without VACUUM. The public lease id is slot_id * 2^32 + page_no, the
+-- slot's page counter (PgQ's batch id): an ack names one page of one slot,
+-- so an ack of an earlier page can never settle a later one (fencing), see
+-- docs/architecture.md, "Leases, acks and fencing".
 CREATE TABLE fanout.lease (
-    lease_id    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    slot_id     bigint GENERATED ALWAYS AS IDENTITY (MAXVALUE 2147483647) PRIMARY KEY,
     group_id    bigint NOT NULL,  -- no FK (a KEY SHARE lock on the group row per page): drop_topic and _cleanup_groups delete leases
+    page_no     bigint NOT NULL DEFAULT 1,        -- pages this slot has held (1 .. 2^32 - 1)
+    lease_id    bigint GENERATED ALWAYS AS (slot_id * 4294967296 + page_no) STORED,  -- the current page's id
     consumer    text,
     created_at  timestamptz NOT NULL,
     expires_at  timestamptz NOT NULL,
@@ -131,10 +144,9 @@ CREATE TABLE fanout.lease (
     closed_at   timestamptz,                      -- set when open_count reaches 0
     kpart       int,                              -- partitioned topics: the key partition of the page
     generation  bigint                            -- and its generation when handed out
-) WITH (fillfactor = 90, toast_tuple_target = 8160, autovacuum_vacuum_scale_factor = 0.02,
-       autovacuum_vacuum_insert_scale_factor = 0.05, autovacuum_vacuum_cost_delay = 0);
-CREATE INDEX lease_open_idx ON fanout.lease (group_id, expires_at, lease_id) WHERE open_count > 0;
-CREATE INDEX lease_closed_idx ON fanout.lease (closed_at) WHERE open_count = 0;
+) WITH (fillfactor = 50, toast_tuple_target = 8160, autovacuum_vacuum_scale_factor = 0,
+       autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
+CREATE INDEX lease_group_idx ON fanout.lease (group_id);
 
 -- Messages waiting for redelivery after nack (or dead-letter replay).
 CREATE TABLE fanout.retry (

@@ -1,5 +1,6 @@
--- fanout._cleanup_bookkeeping(p_now): deletes settled leases closed over an
--- hour ago (an ack of such a lease then raises PGQ10), members not seen for
+-- fanout._cleanup_bookkeeping(p_now): deletes lease slots whose last page
+-- closed over an hour ago (no read reused them since; an ack of any of their
+-- pages then raises PGQ10), members not seen for
 -- 7 days, event_log rows older than 30 days and dedupe keys older than
 -- their topic's dedupe_window.
 -- Bounded: at most 10,000 rows of each per call. Returns how many rows were
@@ -19,10 +20,13 @@ BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_bookkeeping', 0)) THEN
         RETURN 0;
     END IF;
+    -- The outer conditions again: a read may have reused the slot for a new
+    -- page meanwhile (they are re-checked on the row's latest version).
     DELETE FROM fanout.lease l
-    WHERE l.lease_id IN (SELECT c.lease_id FROM fanout.lease c
-                         WHERE c.open_count = 0 AND c.closed_at < p_now - interval '1 hour'
-                         LIMIT 10000);
+    WHERE l.slot_id IN (SELECT c.slot_id FROM fanout.lease c
+                        WHERE c.open_count = 0 AND c.closed_at < p_now - interval '1 hour'
+                        LIMIT 10000)
+      AND l.open_count = 0 AND l.closed_at < p_now - interval '1 hour';
     GET DIAGNOSTICS v_n = ROW_COUNT;
     v_done := v_done + v_n;
     DELETE FROM fanout.member m

@@ -130,14 +130,16 @@ BEGIN
         END IF;
         v_l := NULL;
         IF v_k.lease_id IS NOT NULL THEN
-            SELECT * INTO v_l FROM fanout.lease l WHERE l.lease_id = v_k.lease_id AND l.open_count > 0;
+            SELECT * INTO v_l FROM fanout.lease l
+            WHERE l.slot_id = v_k.lease_id >> 32 AND l.lease_id = v_k.lease_id AND l.open_count > 0;
             -- The previous page is not settled and its lease runs: not yet.
             CONTINUE WHEN v_l.lease_id IS NOT NULL AND v_l.expires_at > p_now;
             IF v_l.lease_id IS NOT NULL THEN
                 -- Expired: the lease row decides. A late ack settling it
                 -- (maybe in a long business transaction) holds it: skip the
                 -- partition this time rather than wait.
-                SELECT * INTO v_l FROM fanout.lease l WHERE l.lease_id = v_k.lease_id FOR UPDATE SKIP LOCKED;
+                SELECT * INTO v_l FROM fanout.lease l
+                WHERE l.slot_id = v_k.lease_id >> 32 AND l.lease_id = v_k.lease_id FOR UPDATE SKIP LOCKED;
                 CONTINUE WHEN NOT FOUND OR (v_l.open_count > 0 AND v_l.expires_at > p_now);
             END IF;
         END IF;
@@ -222,13 +224,10 @@ BEGIN
             CONTINUE;
         END IF;
 
-        INSERT INTO fanout.lease AS l (group_id, consumer, created_at, expires_at, msg_ids, msg_txids, attempts,
-                                       open_count, min_id, kpart, generation)
         -- Stamped when handed out (not when the read began): the previous
         -- page of the partition was settled or had expired before this.
-        VALUES (v_g.group_id, p_consumer, clock_timestamp(), clock_timestamp() + p_lease, v_ids, v_txids, v_att,
-                cardinality(v_ids), (SELECT min(x) FROM unnest(v_ids) AS x), v_k.kpart, v_k.generation)
-        RETURNING l.lease_id INTO v_lease_id;
+        v_lease_id := fanout._lease_open(v_g.group_id, p_consumer, clock_timestamp(), clock_timestamp() + p_lease,
+                                         v_ids, v_txids, v_att, v_k.kpart, v_k.generation);
         UPDATE fanout.kpart k
         SET win_lo = v_k.win_lo, win_hi = v_k.win_hi, cur_txid = v_k.cur_txid, cur_id = v_k.cur_id,
             lease_id = v_lease_id, delivered = k.delivered + cardinality(v_ids), last_read_at = p_now

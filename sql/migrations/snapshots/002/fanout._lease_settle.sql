@@ -9,8 +9,9 @@
 -- computed under that lock (ack, nack, read: no second look-up); without,
 -- the row is locked here and only the messages of p_ids still open in it
 -- are recorded (a concurrent ack may have settled some meanwhile).
--- NULL or empty p_ids change nothing. Returns how many were recorded.
--- Tables: fanout.lease.
+-- A lease is found by its slot (lease_id >> 32, fanout._lease_open) and
+-- must still be the slot's page. NULL or empty p_ids change nothing.
+-- Returns how many were recorded. Tables: fanout.lease.
 CREATE OR REPLACE FUNCTION fanout._lease_settle(
     p_lease_id bigint, p_ids bigint[], p_taken boolean, p_locked boolean,
     p_now timestamptz DEFAULT clock_timestamp())
@@ -25,7 +26,8 @@ BEGIN
     IF NOT p_locked AND cardinality(p_ids) > 0 THEN
         SELECT ARRAY(SELECT x FROM unnest(p_ids) AS x WHERE x <> ALL (l.settled) AND x <> ALL (l.reclaimed))
         INTO v_ids
-        FROM fanout.lease l WHERE l.lease_id = p_lease_id AND l.open_count > 0
+        FROM fanout.lease l
+        WHERE l.slot_id = p_lease_id >> 32 AND l.lease_id = p_lease_id AND l.open_count > 0
         FOR UPDATE;
     END IF;
     v_n := coalesce(cardinality(v_ids), 0);
@@ -36,12 +38,12 @@ BEGIN
         UPDATE fanout.lease l
         SET reclaimed = l.reclaimed || v_ids, open_count = l.open_count - v_n,
             closed_at = CASE WHEN l.open_count = v_n THEN p_now END
-        WHERE l.lease_id = p_lease_id;
+        WHERE l.slot_id = p_lease_id >> 32 AND l.lease_id = p_lease_id;
     ELSE
         UPDATE fanout.lease l
         SET settled = l.settled || v_ids, open_count = l.open_count - v_n,
             closed_at = CASE WHEN l.open_count = v_n THEN p_now END
-        WHERE l.lease_id = p_lease_id;
+        WHERE l.slot_id = p_lease_id >> 32 AND l.lease_id = p_lease_id;
     END IF;
     RETURN v_n;
 END

@@ -1,10 +1,17 @@
--- fanout._lock_lease(p_lease_id): the lease row, locked FOR UPDATE (so that an
--- ack and a takeover by another reader are serialised). Records the lease's
--- consumer as alive (fanout._touch_member). The caller must be allowed to
--- consume the lease's topic (fanout._authorize), checked before the lock so
--- that another tenant cannot even block the lease.
--- Raises: PGQ03 NULL id, PGQ10 unknown lease, PGQ21 no consume grant on its
--- topic. Tables: fanout.lease, fanout.consumer_group, fanout.topic, fanout.member.
+-- fanout._lock_lease(p_lease_id): the lease's slot row, locked FOR UPDATE (so
+-- that an ack and a takeover by another reader are serialised). A lease id
+-- is slot_id * 2^32 + page_no (fanout._lease_open). An earlier page of the
+-- slot (the slot holds a later one) was settled in full by its holder,
+-- since a slot with anything taken away is never reused: it comes back
+-- unlocked as an empty page (no messages, open_count 0; acking or nacking
+-- it again settles nothing), so that a late re-ack never waits for the
+-- slot's current holder. Records the lease's consumer as alive
+-- (fanout._touch_member). The caller must be allowed to consume the lease's
+-- topic (fanout._authorize), checked before the lock so that another tenant
+-- cannot even block the lease.
+-- Raises: PGQ03 NULL id, PGQ10 unknown lease (no such slot, or a page the
+-- slot has not reached), PGQ21 no consume grant on its topic.
+-- Tables: fanout.lease, fanout.consumer_group, fanout.topic, fanout.member.
 CREATE OR REPLACE FUNCTION fanout._lock_lease(p_lease_id bigint)
 RETURNS fanout.lease
 LANGUAGE plpgsql
@@ -20,11 +27,34 @@ BEGIN
     FROM fanout.lease l
     JOIN fanout.consumer_group g ON g.group_id = l.group_id
     JOIN fanout.topic t ON t.topic_id = g.topic_id
-    WHERE l.lease_id = p_lease_id;
-    SELECT * INTO v_l FROM fanout.lease l WHERE l.lease_id = p_lease_id FOR UPDATE;
+    WHERE l.slot_id = p_lease_id >> 32;
+    -- The slot's current page, locked; else (no lock) what the slot holds.
+    SELECT * INTO v_l FROM fanout.lease l
+    WHERE l.slot_id = p_lease_id >> 32 AND l.lease_id = p_lease_id FOR UPDATE;
     IF NOT FOUND THEN
+        SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = p_lease_id >> 32;
+        IF v_l.lease_id = p_lease_id THEN
+            -- Handed out just now (after the statement above began).
+            SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = p_lease_id >> 32 FOR UPDATE;
+        END IF;
+    END IF;
+    IF v_l.slot_id IS NULL OR (p_lease_id & 4294967295) NOT BETWEEN 1 AND v_l.page_no THEN
         RAISE EXCEPTION 'lease % does not exist', p_lease_id
             USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
+    END IF;
+    IF v_l.lease_id <> p_lease_id THEN
+        -- An earlier page of the slot: settled in full, nothing left of it.
+        v_l.lease_id := p_lease_id;
+        v_l.page_no := p_lease_id & 4294967295;
+        v_l.msg_ids := '{}';
+        v_l.msg_txids := '{}';
+        v_l.attempts := '{}';
+        v_l.settled := '{}';
+        v_l.reclaimed := '{}';
+        v_l.open_count := 0;
+        v_l.kpart := NULL;
+        v_l.generation := NULL;
+        RETURN v_l;
     END IF;
     IF v_l.consumer IS NOT NULL THEN
         -- Acks, nacks and extensions are signs of life too (throttled per member).

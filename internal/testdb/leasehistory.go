@@ -1,0 +1,45 @@
+package testdb
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// KeepLeaseHistory makes the pages of fanout.lease auditable after the fact.
+// A lease slot is reused page after page (fanout._lease_open), so the table
+// holds only each slot's current page; audits of every page ever handed out
+// (overlaps, exactly-once settles, the chaos verdict) read the view
+// <schema>.lease_all instead: the current pages plus every earlier page of a
+// slot, copied into <schema>.lease_log by a trigger when the slot moves to
+// its next page or is deleted. Test and harness databases only: the trigger
+// changes nothing the product does (it only copies old row versions).
+func KeepLeaseHistory(ctx context.Context, db interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, schema string) error {
+	s := pgx.Identifier{schema}.Sanitize()
+	_, err := db.Exec(ctx, fmt.Sprintf(`
+		CREATE SCHEMA IF NOT EXISTS %[1]s;
+		CREATE TABLE %[1]s.lease_log (LIKE fanout.lease);
+		CREATE FUNCTION %[1]s.lease_log() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+		SET search_path = pg_catalog AS $fn$
+		BEGIN
+		    INSERT INTO %[1]s.lease_log SELECT OLD.*;
+		    RETURN NULL;
+		END
+		$fn$;
+		CREATE TRIGGER zz_lease_log_next AFTER UPDATE ON fanout.lease FOR EACH ROW
+		    WHEN (OLD.page_no IS DISTINCT FROM NEW.page_no) EXECUTE FUNCTION %[1]s.lease_log();
+		CREATE TRIGGER zz_lease_log_delete AFTER DELETE ON fanout.lease FOR EACH ROW
+		    EXECUTE FUNCTION %[1]s.lease_log();
+		CREATE VIEW %[1]s.lease_all AS
+		    SELECT * FROM fanout.lease UNION ALL SELECT * FROM %[1]s.lease_log;
+		GRANT USAGE ON SCHEMA %[1]s TO PUBLIC;
+		GRANT SELECT ON %[1]s.lease_all, %[1]s.lease_log TO PUBLIC`, s))
+	if err != nil {
+		return fmt.Errorf("lease history in schema %s: %w", schema, err)
+	}
+	return nil
+}
