@@ -623,15 +623,34 @@ func stressAudit(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 		`CREATE TABLE public.stress_pos (at timestamptz DEFAULT clock_timestamp(), pid int DEFAULT pg_backend_pid(),
 		   tx xid8 DEFAULT pg_current_xact_id(), group_id bigint, old_lo pg_snapshot, old_hi pg_snapshot,
 		   old_cur xid8, old_id bigint, new_lo pg_snapshot, new_hi pg_snapshot, new_cur xid8, new_id bigint,
-		   parts text, snap pg_snapshot DEFAULT pg_current_snapshot())`,
+		   parts text, snap pg_snapshot DEFAULT pg_current_snapshot(), delivered bigint, seen text)`,
+		// seen: for the topic's two newest partitions, the rows a scan of the
+		// parent finds in their id range / the rows in the partition itself,
+		// in one statement: fewer through the parent means this backend's
+		// partition list lacks the partition.
 		`CREATE FUNCTION public.stress_pos_trg() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+		 DECLARE v_seen text; r record; v_a bigint; v_b bigint;
 		 BEGIN
-		   INSERT INTO public.stress_pos (group_id, old_lo, old_hi, old_cur, old_id, new_lo, new_hi, new_cur, new_id, parts)
+		   FOR r IN SELECT p.relname, p.lo_id, p.hi_id, t.data_table FROM fanout.partition p
+		            JOIN fanout.topic t USING (topic_id)
+		            WHERE p.topic_id = new.topic_id ORDER BY p.part_no DESC LIMIT 2 LOOP
+		     BEGIN
+		       EXECUTE format('SELECT (SELECT count(*) FROM fanout_data.%I WHERE id >= $1 AND id < $2),
+		                              (SELECT count(*) FROM ONLY fanout_data.%I)', r.data_table, r.relname)
+		         INTO v_a, v_b USING r.lo_id, r.hi_id;
+		       v_seen := concat_ws(' ', v_seen, format('%s:%s/%s', r.relname, v_a, v_b));
+		     EXCEPTION WHEN OTHERS THEN
+		       v_seen := concat_ws(' ', v_seen, format('%s:%s', r.relname, SQLERRM));
+		     END;
+		   END LOOP;
+		   INSERT INTO public.stress_pos (group_id, old_lo, old_hi, old_cur, old_id, new_lo, new_hi, new_cur, new_id, parts,
+		                                  delivered, seen)
 		   VALUES (new.group_id, old.win_lo, old.win_hi, old.cur_txid, old.cur_id, new.win_lo, new.win_hi,
 		           new.cur_txid, new.cur_id,
 		           (SELECT string_agg(format('%s[%s,%s,%s]', p.part_no, p.created_xid, coalesce(p.txid_bound::text, 'open'),
 		                                     pg_xact_status(p.created_xid)), ' ' ORDER BY p.part_no)
-		              FROM fanout.partition p WHERE p.topic_id = new.topic_id));
+		              FROM fanout.partition p WHERE p.topic_id = new.topic_id),
+		           new.delivered - old.delivered, v_seen);
 		   RETURN NULL;
 		 END $$`,
 		`CREATE TRIGGER stress_pos AFTER UPDATE ON fanout.consumer_group FOR EACH ROW

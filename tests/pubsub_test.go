@@ -69,10 +69,11 @@ func (b *bundle) groupStatus(t *testing.T, topic, group string) string {
 }
 
 // rotate closes the topic's open partition: the first _manage_partitions call
-// creates the next partition, the second (a later transaction) jumps into it.
+// creates the next partition, the second (a later transaction) refreshes
+// every session's partition list, the third jumps into it.
 func (b *bundle) rotate(t *testing.T) {
 	t.Helper()
-	for i := 0; i < 2; i++ {
+	for i := 0; i < 3; i++ {
 		var n int
 		require.NoError(t, b.Pool.QueryRow(b.ctx,
 			"SELECT fanout._manage_partitions(p_now => now() + interval '2 hours')").Scan(&n))

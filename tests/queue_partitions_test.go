@@ -26,10 +26,12 @@ func (b *bundle) qManage(t *testing.T, q querier) int {
 }
 
 // qRotate closes the topic's open partition: the first call creates the
-// next partition, the second (another transaction) jumps the sequence.
+// next partition, the second (another transaction) refreshes every
+// session's partition list, the third jumps the sequence.
 func (b *bundle) qRotate(t *testing.T) {
 	t.Helper()
 	require.Equal(t, 1, b.qManage(t, b.Pool), "creates the next partition")
+	require.Equal(t, 1, b.qManage(t, b.Pool), "refreshes the partition lists")
 	require.Equal(t, 1, b.qManage(t, b.Pool), "jumps the sequence and closes the old partition")
 }
 
@@ -84,13 +86,15 @@ func TestQueuePartitionRotation(t *testing.T) {
 	want = append(want, b.qPublishN(t, b.Pool, topic, 0, 5)...)
 
 	// H publishes after the next partition was created and stays open: the
-	// jump waits for every transaction that was running when it was first
-	// attempted, since its partition list may predate the new partition (see
-	// the rotation specs in tests/specs). Two more transactions begin after
-	// that attempt and stay open across the jump: A2 takes its xid first, A
-	// after it, and both publish into the old partition before the jump, so
-	// the old partition's txid bound must lie above both.
-	connC, connH := b.Conn(t), b.Conn(t)
+	// refresh of every session's partition list waits for every transaction
+	// that was running when the creation was first seen committed, since its
+	// list may predate the new partition (see the rotation specs in
+	// tests/specs). R is open when the refresh is first seen committed: the
+	// jump waits for it. Two more transactions begin after that and stay
+	// open across the jump: A2 takes its xid first, A after it, and both
+	// publish into the old partition before the jump, so the old
+	// partition's txid bound must lie above both.
+	connC, connH, connR := b.Conn(t), b.Conn(t), b.Conn(t)
 	txC, err := connC.Begin(b.ctx)
 	require.NoError(t, err)
 	defer txC.Rollback(b.ctx) //nolint:errcheck
@@ -99,8 +103,17 @@ func TestQueuePartitionRotation(t *testing.T) {
 	txH, err := connH.Begin(b.ctx)
 	require.NoError(t, err)
 	defer txH.Rollback(b.ctx) //nolint:errcheck
-	want = append(want, b.publish(t, txH, topic, `{"open":"holds the jump back"}`))
+	want = append(want, b.publish(t, txH, topic, `{"open":"holds the refresh back"}`))
 	require.Equal(t, 0, b.qManage(t, b.Pool), "waits for the transaction running at the first attempt")
+	require.Equal(t, 0, b.qManage(t, b.Pool), "still waits for H")
+	require.NoError(t, txH.Commit(b.ctx))
+	require.Equal(t, 1, b.qManage(t, b.Pool), "refreshes the partition lists")
+	txR, err := connR.Begin(b.ctx)
+	require.NoError(t, err)
+	defer txR.Rollback(b.ctx) //nolint:errcheck
+	_, err = txR.Exec(b.ctx, "SELECT 1")
+	require.NoError(t, err)
+	require.Equal(t, 0, b.qManage(t, b.Pool), "the jump waits for R, running when the refresh was first seen")
 	connA2, connA := b.Conn(t), b.Conn(t)
 	txA2, err := connA2.Begin(b.ctx)
 	require.NoError(t, err)
@@ -114,8 +127,8 @@ func TestQueuePartitionRotation(t *testing.T) {
 	require.NoError(t, err)
 	idA2 := b.publish(t, txA2, topic, `{"open":"before the rotation"}`)
 	idA := b.publish(t, txA, topic, `{"open":"across the rotation"}`)
-	require.Equal(t, 0, b.qManage(t, b.Pool), "still waits for H")
-	require.NoError(t, txH.Commit(b.ctx))
+	require.Equal(t, 0, b.qManage(t, b.Pool), "still waits for R")
+	require.NoError(t, txR.Commit(b.ctx))
 	require.Equal(t, 1, b.qManage(t, b.Pool), "jumps the sequence and closes the old partition")
 	p0, p1 := b.qPartition(t, topic, 0), b.qPartition(t, topic, 1)
 	require.True(t, p0.closed)
@@ -410,10 +423,11 @@ func TestQueuePartitionCleanupGivesUpOnAHeldLease(t *testing.T) {
 	require.Equal(t, int64(3), lost, "the three the acker left open")
 }
 
-// The jump into a new partition waits for every transaction of the database
-// that was running when it was first attempted, not only those holding the
-// topic's table: one that locks the table later could still use a partition
-// list from before the new partition. After ten minutes only those that hold
+// The refresh after a new partition's creation, and then the jump into it,
+// each wait for every transaction of the database that was running when the
+// step before was first seen committed, not only those holding the topic's
+// table: one that locks the table later could still use a partition list
+// from before the new partition. After ten minutes only those that hold
 // the table still hold the jump back, so an idle session elsewhere cannot
 // stop rotation for good.
 func TestQueuePartitionJumpWaitsForRunningTransactions(t *testing.T) {
@@ -444,6 +458,11 @@ func TestQueuePartitionJumpWaitsForRunningTransactions(t *testing.T) {
 	require.Equal(t, 0, manageAt("2 hours 11 minutes"), "past the bound: the table's holder still counts")
 	require.NoError(t, holder.Commit(b.ctx))
 	require.Equal(t, 0, manageAt("2 hours 1 minute"), "within the bound: the idle transaction counts")
-	require.Equal(t, 1, manageAt("2 hours 11 minutes"), "past the bound: the idle transaction no longer counts")
+	require.Equal(t, 1, manageAt("2 hours 11 minutes"), "past the bound: the idle transaction no longer counts (refresh)")
+	require.False(t, b.qPartition(t, topic, 0).closed, "the refresh does not jump")
+	// The jump waits for the transactions running when the refresh was first
+	// seen committed, with the same bound counted from then.
+	require.Equal(t, 0, manageAt("2 hours 12 minutes"), "the idle transaction counts again, from the refresh")
+	require.Equal(t, 1, manageAt("2 hours 23 minutes"), "past the bound again: the jump")
 	require.True(t, b.qPartition(t, topic, 0).closed)
 }

@@ -107,7 +107,7 @@ func runDeadGroup(ctx context.Context, cfg Config, out io.Writer) error {
 			before += n
 		}
 		clock = clock.Add(2 * time.Minute)
-		for range 2 { // rotation is two steps, one per call
+		for range 3 { // rotation is three steps, one per call
 			if err := exec(`SELECT fanout._manage_partitions($1)`, clock); err != nil {
 				return err
 			}

@@ -130,7 +130,7 @@ func runLongTx(ctx context.Context, cfg Config, out io.Writer) (*verdict, error)
 			maxLag = max(maxLag, lag)
 		}
 		if !rotated && time.Since(opened) > producing/2 {
-			for range 2 {
+			for range 3 { // create, refresh, jump: one step per call
 				if _, err := admin2.Exec(ctx, `SELECT fanout._manage_partitions(now() + interval '2 minutes')`); err != nil {
 					return nil, fmt.Errorf("longtx: rotation: %w", err)
 				}

@@ -32,8 +32,11 @@ BEGIN
         EXECUTE format('ALTER TABLE fanout_data.%I ATTACH PARTITION fanout_data.%I FOR VALUES FROM (%s) TO (%s)',
                        v_table || '_done', v_table || '_done_p' || p_part_no, v_lo, v_hi);
     END IF;
-    INSERT INTO fanout.partition (topic_id, part_no, lo_id, hi_id, relname, created_at, created_xid)
-    VALUES (p_topic_id, p_part_no, v_lo, v_hi, v_rel, clock_timestamp(), pg_current_xact_id());
+    INSERT INTO fanout.partition (topic_id, part_no, lo_id, hi_id, relname, created_at, created_xid, opened_at)
+    VALUES (p_topic_id, p_part_no, v_lo, v_hi, v_rel, clock_timestamp(), pg_current_xact_id(),
+            CASE WHEN NOT EXISTS (SELECT 1 FROM fanout.partition p
+                                  WHERE p.topic_id = p_topic_id AND p.closed_at IS NULL)
+                 THEN clock_timestamp() END);
     RETURN v_rel;
 END
 $fn$;

@@ -18,8 +18,15 @@ AS $fn$
                     AND $1 - greatest(g.last_heartbeat, g.last_read_at) > g.heartbeat_timeout)
     UNION ALL
     SELECT 'fanout._manage_partitions', NULL
-    WHERE EXISTS (SELECT 1 FROM fanout.partition p JOIN fanout.topic t ON t.topic_id = p.topic_id
-                  WHERE p.closed_at IS NULL AND $1 - p.created_at >= t.partition_interval)
+    -- a topic without a partition ready ahead, one not yet ready (refresh
+    -- pending), or an open partition due for rotation
+    WHERE EXISTS (SELECT 1 FROM fanout.topic t
+                  WHERE NOT EXISTS (SELECT 1 FROM fanout.partition p
+                                    WHERE p.topic_id = t.topic_id AND p.closed_at IS NULL AND p.opened_at IS NULL))
+       OR EXISTS (SELECT 1 FROM fanout.partition p JOIN fanout.topic t ON t.topic_id = p.topic_id
+                  WHERE p.closed_at IS NULL
+                    AND (p.opened_at IS NULL AND p.refresh_vxids IS NULL
+                         OR $1 - p.opened_at >= t.partition_interval))
     UNION ALL
     SELECT 'fanout._cleanup_partitions', NULL
     WHERE EXISTS (SELECT 1 FROM fanout.partition p WHERE p.closed_at IS NOT NULL)

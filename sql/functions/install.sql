@@ -65,6 +65,7 @@
 {{ template "fanout._required_mask.sql" . }}
 {{ template "fanout._restamp.sql" . }}
 {{ template "fanout._resurrect.sql" . }}
+{{ template "fanout._running_vxids.sql" . }}
 {{ template "fanout._scheduled_count.sql" . }}
 {{ template "fanout._sequence_advance.sql" . }}
 {{ template "fanout._sequence_gap_rows.sql" . }}
@@ -84,6 +85,7 @@
 {{ template "fanout._topic_view.sql" . }}
 {{ template "fanout._touch_member.sql" . }}
 {{ template "fanout._transition.sql" . }}
+{{ template "fanout._vxids_block.sql" . }}
 {{ template "fanout._window_page.sql" . }}
 {{ template "fanout._window_page_priority.sql" . }}
 {{ template "fanout._window_scan.sql" . }}

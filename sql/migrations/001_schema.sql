@@ -292,6 +292,10 @@ CREATE TABLE fanout.partition (
     relname     text NOT NULL,
     created_at  timestamptz NOT NULL,
     created_xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    -- When it became the partition publishers write to (the first one: at
+    -- creation; the others: at the jump into them). NULL for the partition
+    -- kept ready ahead of the open one (fanout._manage_partitions).
+    opened_at   timestamptz,
     closed_at   timestamptz,
     txid_bound  xid8,
     truncated_at timestamptz,           -- emptied by cleanup; dropped when the parent is free
@@ -302,6 +306,14 @@ CREATE TABLE fanout.partition (
     -- holds the topic's table (fanout._manage_partitions).
     stale_vxids text[],
     stale_at    timestamptz,
+    -- Once those have ended, the transaction that refreshed every session's
+    -- partition list (a no-op catalog update of the parent that sends a
+    -- relation cache invalidation), and the transactions running when it
+    -- was seen committed (refresh_at): the jump waits for them as for the
+    -- first set (fanout._manage_partitions).
+    refresh_xid   xid8,
+    refresh_vxids text[],
+    refresh_at    timestamptz,
     -- Summary of a closed partition once no transaction can still write it
     -- (fanout._summarize_partitions): its committed rows never change again,
     -- so a group that has not reached it has exactly row_count unread there,
