@@ -466,3 +466,56 @@ func TestQueuePartitionJumpWaitsForRunningTransactions(t *testing.T) {
 	require.Equal(t, 1, manageAt("2 hours 23 minutes"), "past the bound again: the jump")
 	require.True(t, b.qPartition(t, topic, 0).closed)
 }
+
+// A topic keeps one partition ready ahead of the open one: it is created and
+// every session's partition list refreshed right away, not when the open
+// partition is due, so a due rotation is one step (the jump). An empty or
+// young open partition is not rotated, and the scheduler is told to call
+// only while a step is pending.
+func TestQueuePartitionKeptReadyAhead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := "parts.ahead"
+	b.createTopic(t, b.Pool, topic, qPartOpts)
+	manageAt := func(ahead string) int {
+		var n int
+		require.NoError(t, b.Pool.QueryRow(b.ctx,
+			"SELECT fanout._manage_partitions(p_now => now() + $1::interval)", ahead).Scan(&n))
+		return n
+	}
+	listed := func() bool {
+		var ok bool
+		require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM fanout.maint_operations()
+			WHERE func = 'fanout._manage_partitions')`).Scan(&ok))
+		return ok
+	}
+	refreshed := func(partNo int) bool {
+		var ok bool
+		require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT p.refresh_xid IS NOT NULL
+			FROM fanout.partition p JOIN fanout.topic t USING (topic_id) WHERE t.topic = $1 AND p.part_no = $2`,
+			topic, partNo).Scan(&ok))
+		return ok
+	}
+
+	require.True(t, listed(), "no partition ready ahead")
+	require.Equal(t, 1, manageAt("0"), "creates partition 1 while partition 0 is young and empty")
+	require.True(t, b.qPartition(t, topic, 1).exists)
+	require.False(t, refreshed(1))
+	require.Equal(t, 1, manageAt("0"), "refreshes the partition lists")
+	require.True(t, refreshed(1))
+	require.Equal(t, 0, manageAt("0"), "young: no jump")
+	require.False(t, listed(), "nothing pending until partition 0 is due")
+	require.Equal(t, 0, manageAt("2 hours"), "empty: no jump")
+	require.False(t, b.qPartition(t, topic, 0).closed)
+
+	b.qPublishN(t, b.Pool, topic, 0, 2)
+	require.Equal(t, 1, manageAt("2 hours"), "due and not empty: the jump, in one step")
+	require.True(t, b.qPartition(t, topic, 0).closed)
+	require.False(t, b.qPartition(t, topic, 1).closed)
+	require.False(t, b.qPartition(t, topic, 2).exists)
+	require.True(t, listed(), "partition 2 is to be made ready")
+	require.Equal(t, 1, manageAt("0"), "creates partition 2")
+	require.Equal(t, 1, manageAt("0"), "refreshes")
+	require.Equal(t, 0, manageAt("0"), "partition 1 opened just now: no jump")
+	require.False(t, b.qPartition(t, topic, 1).closed)
+}
