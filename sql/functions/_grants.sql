@@ -17,7 +17,7 @@ GRANT EXECUTE ON FUNCTION
 TO fanout_producer;
 
 GRANT EXECUTE ON FUNCTION
-    fanout.read(text, text, text, int, interval, bigint, int),
+    fanout.read(text, text, text, int, interval, bigint, int, bigint),
     fanout.partition_of(text, text),
     fanout.ack(bigint, bigint[]),
     fanout.nack(bigint, bigint[], interval, text),

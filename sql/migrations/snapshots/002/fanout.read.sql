@@ -1,5 +1,6 @@
--- fanout.read(topic, group_name, consumer, max_messages, lease, max_bytes):
--- claims up to max_messages for the caller under one new lease, in this order:
+-- fanout.read(topic, group_name, consumer, max_messages, lease, max_bytes,
+-- partition, ack): claims up to max_messages for the caller under one new
+-- lease, in this order:
 --   1. un-acked messages of the group's expired leases (their attempt grows;
 --      the old lease can no longer ack them: fencing),
 --   2. nacked messages whose retry time has come,
@@ -19,6 +20,10 @@
 -- On a partitioned topic (create_topic(..., partitions => P)) the read is
 -- fanout._kpart_read: one page of one key partition the consumer owns, or,
 -- with partition => k, of partition k (explicit assignment).
+-- ack => lease_id first acks that lease (the caller's previous page of this
+-- topic and group) as fanout.ack(lease_id) would: a consumer loop then costs
+-- one round trip and one commit per page instead of two. If the ack fails
+-- (PGQ10, PGQ11, ...) the read fails with it: nothing is acked or read.
 -- Must run in READ COMMITTED (the default) so that each statement sees what
 -- the previous reader of the group committed.
 -- Returns one row per message: lease_id, message_id, payload, headers,
@@ -27,7 +32,8 @@
 -- (0, 24 hours], max_bytes not in 1..536870912), PGQ04 bad consumer name,
 -- PGQ09 isolation level, PGQ03 partition out of range or on an unpartitioned
 -- topic, PGQ24 (mixing explicit and automatic partition reads), PGQ13, PGQ14, PGQ16 (see fanout._lock_group), PGQ21
--- (no consume grant), PGQ22 (a new consumer beyond 10,000 members).
+-- (no consume grant), PGQ22 (a new consumer beyond 10,000 members); with
+-- ack: PGQ03 (a lease of another topic or group), and those of fanout.ack.
 -- Tables: fanout.topic, fanout.consumer_group, fanout.member, fanout.lease,
 -- fanout.retry, fanout.dead_letter, fanout.partition, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout.read(
@@ -37,7 +43,8 @@ CREATE OR REPLACE FUNCTION fanout.read(
     max_messages int DEFAULT 100,
     lease        interval DEFAULT '30 seconds',
     max_bytes    bigint DEFAULT 16777216,
-    partition    int DEFAULT NULL)
+    partition    int DEFAULT NULL,
+    ack          bigint DEFAULT NULL)
 RETURNS TABLE(lease_id bigint, message_id bigint, payload jsonb, headers jsonb,
               message_group text, published_at timestamptz, attempt int)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -94,6 +101,16 @@ BEGIN
             USING ERRCODE = 'PGQ09';
     END IF;
     v_t := fanout._topic(p_topic);
+    IF $8 IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM fanout.lease l JOIN fanout.consumer_group g ON g.group_id = l.group_id
+                   WHERE l.slot_id = $8 >> 32
+                     AND (g.topic_id <> v_t.topic_id
+                          OR g.group_name IS DISTINCT FROM CASE WHEN v_t.semantics = 'pubsub' THEN p_group END)) THEN
+            RAISE EXCEPTION 'ack => % is a lease of another topic or group than %/%', $8, p_topic,
+                coalesce(p_group, '') USING ERRCODE = 'PGQ03';
+        END IF;
+        PERFORM fanout.ack($8);
+    END IF;
     IF v_t.partitions IS NOT NULL THEN
         -- Partitioned topic: per-partition cursors and assignment.
         RETURN QUERY SELECT * FROM fanout._kpart_read(v_t, p_group, p_consumer, p_max, p_lease, p_max_bytes,
