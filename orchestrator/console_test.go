@@ -179,7 +179,7 @@ func TestConsoleAPI(t *testing.T) {
 	for _, j := range ov.Jobs {
 		jobs[j.Name] = j
 	}
-	require.Len(t, jobs, 4, "discover and the three functions it found")
+	require.Len(t, jobs, 5, "discover and the four functions it found (partitions to make ready ahead among them)")
 	require.Equal(t, int64(1), jobs[discoverJobName].Runs)
 	require.NotNil(t, jobs[discoverJobName].LastRun)
 	require.NotNil(t, jobs[discoverJobName].LastDurationSec)

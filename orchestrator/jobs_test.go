@@ -17,8 +17,10 @@ const (
 
 // A topic whose open partition is older than its partition_interval (seen
 // from the stub clock, two minutes ahead) and not empty is due for rotation:
-// one call creates the next partition, a second (own transaction) closes the
-// old one, a third finds nothing left.
+// one call creates the next partition, a second (own transaction) refreshes
+// the partition lists, a third closes the old one; then the partition after
+// it is made ready ahead (created, refreshed) and a sixth call finds nothing
+// left.
 func TestMaintenanceJobCallsUntilDone(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -32,8 +34,8 @@ func TestMaintenanceJobCallsUntilDone(t *testing.T) {
 
 	res, err := job.Run(b.ctx)
 	require.NoError(t, err)
-	require.Equal(t, Result{Calls: 3, Rows: 2}, res)
-	require.EqualValues(t, 2, b.int(t, `SELECT count(*) FROM fanout.partition`))
+	require.Equal(t, Result{Calls: 6, Rows: 5}, res)
+	require.EqualValues(t, 3, b.int(t, `SELECT count(*) FROM fanout.partition`))
 	require.EqualValues(t, 1, b.int(t, `SELECT count(*) FROM fanout.partition WHERE closed_at IS NOT NULL`))
 
 	// Publishing still works and lands in the new partition.
@@ -71,9 +73,10 @@ func TestMaintenanceJobHonoursBatchLimit(t *testing.T) {
 		require.EqualValues(t, 1, res.Calls)
 		require.Positive(t, res.Rows)
 	}
-	// Each topic: one creation and one close.
-	require.EqualValues(t, 6, total.Rows)
-	require.EqualValues(t, 6, b.int(t, `SELECT count(*) FROM fanout.partition`))
+	// Each topic: creation, refresh and close, then the next partition made
+	// ready ahead (creation, refresh).
+	require.EqualValues(t, 15, total.Rows)
+	require.EqualValues(t, 9, b.int(t, `SELECT count(*) FROM fanout.partition`))
 	require.EqualValues(t, 3, b.int(t, `SELECT count(*) FROM fanout.partition WHERE closed_at IS NOT NULL`))
 }
 
@@ -95,7 +98,7 @@ func TestSchedulerJobsRecordMetrics(t *testing.T) {
 
 	res, err = s.RunJob(b.ctx, managePartitions)
 	require.NoError(t, err)
-	require.Equal(t, Result{Calls: 3, Rows: 2}, res)
+	require.Equal(t, Result{Calls: 6, Rows: 5}, res)
 
 	// The old partition is closed now; past max_retention it is dropped
 	// even though nobody read its message, and the loss is counted.
@@ -107,13 +110,13 @@ func TestSchedulerJobsRecordMetrics(t *testing.T) {
 	res, err = s.RunJob(b.ctx, cleanupPartitions)
 	require.NoError(t, err)
 	require.Equal(t, Result{Calls: 2, Rows: 1}, res)
-	require.EqualValues(t, 1, b.int(t, `SELECT count(*) FROM fanout.partition`))
+	require.EqualValues(t, 2, b.int(t, `SELECT count(*) FROM fanout.partition`), "the open one and the one ready ahead")
 	require.EqualValues(t, 1, b.int(t, `SELECT dropped_unread FROM fanout.topics WHERE topic = 'orders'`))
 
 	m := s.metrics
 	require.EqualValues(t, 1, testutil.ToFloat64(m.runs.WithLabelValues(managePartitions)))
-	require.EqualValues(t, 2, testutil.ToFloat64(m.rows.WithLabelValues(managePartitions)))
-	require.EqualValues(t, 3, testutil.ToFloat64(m.calls.WithLabelValues(managePartitions)))
+	require.EqualValues(t, 5, testutil.ToFloat64(m.rows.WithLabelValues(managePartitions)))
+	require.EqualValues(t, 6, testutil.ToFloat64(m.calls.WithLabelValues(managePartitions)))
 	require.EqualValues(t, 0, testutil.ToFloat64(m.errors.WithLabelValues(managePartitions)))
 	require.EqualValues(t, 1, testutil.ToFloat64(m.rows.WithLabelValues(cleanupPartitions)))
 	require.EqualValues(t, 2, testutil.ToFloat64(m.runs.WithLabelValues(discoverJobName)))
@@ -126,7 +129,7 @@ func TestSchedulerJobsRecordMetrics(t *testing.T) {
 
 	logs := b.logs.String()
 	require.Contains(t, logs, `"msg":"job done","job":"fanout._manage_partitions"`)
-	require.Contains(t, logs, `"rows":2`)
+	require.Contains(t, logs, `"rows":5`)
 }
 
 // A function maint_operations lists that does not exist, or whose name is
