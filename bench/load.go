@@ -91,6 +91,64 @@ func abRounds(ctx context.Context, env *Env, workers int, d time.Duration, round
 	return out, nil
 }
 
+// pairedAB is what abPaired measured: each side's throughput over all its
+// slices, and the ratio (variant / baseline) of each adjacent pair.
+type pairedAB struct {
+	Base, Variant float64   // messages/s over all slices
+	Ratios        []float64 // per pair, in run order
+}
+
+// Median is the median of the per-pair ratios.
+func (p pairedAB) Median() float64 {
+	s := append([]float64(nil), p.Ratios...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// abPaired measures a baseline and a variant with `workers` clients for d
+// each in total, as `pairs` adjacent slices of both (baseline first in even
+// pairs, variant first in odd ones) after a warm-up of each. On a shared
+// machine the load drifts and comes in bursts: drift hits both halves of a
+// pair alike, and a burst that falls into one slice moves that pair's
+// ratio, not the median of them (a sum over a few long slices, as in
+// abRounds, takes the burst in whole).
+func abPaired(ctx context.Context, env *Env, workers int, d time.Duration, pairs int, base, v variant) (pairedAB, error) {
+	var out pairedAB
+	warm := min(d/time.Duration(2*pairs), time.Second)
+	for _, x := range []variant{base, v} {
+		if _, _, err := closedLoop(ctx, workers, warm, x.op); err != nil {
+			return out, fmt.Errorf("%s warm-up: %w", x.name, err)
+		}
+	}
+	var n [2]int64
+	var secs [2]float64
+	for r := 0; r < pairs; r++ {
+		var rate [2]float64
+		for i := 0; i < 2; i++ {
+			side := (i + r) % 2
+			x := []variant{base, v}[side]
+			m, el, err := closedLoop(ctx, workers, d/time.Duration(pairs), x.op)
+			if err != nil {
+				return out, fmt.Errorf("%s: %w", x.name, err)
+			}
+			n[side] += m
+			secs[side] += el.Seconds()
+			rate[side] = float64(m) / el.Seconds()
+		}
+		out.Ratios = append(out.Ratios, ratio(rate[1], rate[0]))
+	}
+	out.Base, out.Variant = float64(n[0])/secs[0], float64(n[1])/secs[1]
+	env.Logf("%-36s %d client(s): %10.0f msg/s", base.name, workers, out.Base)
+	env.Logf("%-36s %d client(s): %10.0f msg/s (median pair ratio %.2f)", v.name, workers, out.Variant, out.Median())
+	return out, nil
+}
+
 // LatencySummary is the distribution of a set of samples, in milliseconds.
 type LatencySummary struct {
 	N    int     `json:"n"`

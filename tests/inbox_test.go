@@ -307,3 +307,140 @@ func TestInboxBadInput(t *testing.T) {
 	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM fanout.topic`))
 	require.Empty(t, b.read(t, b.Pool, "in.bad", nil, "c", 100, "30 seconds"))
 }
+
+// Cleanup finds expired dedupe keys without an index on created_at: it
+// sweeps fanout.dedupe in block ranges, 100 blocks per call, over several
+// calls (maint_operations lists it while a pass is under way); keys still in
+// their window stay, expired ones go, and a key taken over meanwhile (made
+// new again) stays.
+func TestInboxDedupeSweep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "in.sweep.old", "dedupe_window => '1 hour'")
+	b.createTopic(t, b.Pool, "in.sweep.new", "dedupe_window => '1 hour'")
+	// Enough keys for more than one call's blocks, the two topics' rows
+	// interleaved in the blocks.
+	for i := 0; i < 30; i++ {
+		for _, topic := range []string{"in.sweep.old", "in.sweep.new"} {
+			_, err := b.Pool.Exec(b.ctx, `SELECT fanout.publish_batch($1, array_fill('{}'::jsonb, ARRAY[1000]),
+				dedupe_keys => (SELECT array_agg($1 || '-' || $2::int || '-' || g) FROM generate_series(1, 1000) g))`, topic, i)
+			require.NoError(t, err)
+		}
+	}
+	blocks := b.count(t, `SELECT pg_relation_size('fanout.dedupe') / current_setting('block_size')::bigint`)
+	require.Greater(t, blocks, int64(200), "the table spans more than two calls' worth of blocks")
+	// The old topic's keys are 2 hours old as far as cleanup is concerned.
+	_, err := b.Pool.Exec(b.ctx, `UPDATE fanout.dedupe d SET created_at = d.created_at - interval '2 hours'
+		FROM fanout.topic t WHERE t.topic_id = d.topic_id AND t.topic = 'in.sweep.old'`)
+	require.NoError(t, err)
+	// One key of the old topic is published again (taken over: new again).
+	var retaken int64
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT x FROM fanout.publish_batch('in.sweep.old', ARRAY['{}']::jsonb[],
+		dedupe_keys => ARRAY['in.sweep.old-0-1']) AS x`).Scan(&retaken))
+	calls := 0
+	for {
+		n := b.count(t, `SELECT fanout._cleanup_bookkeeping()`)
+		calls++
+		if n == 0 {
+			break
+		}
+		if calls < 2 {
+			require.Positive(t, b.count(t, `SELECT count(*) FROM fanout.maint_operations() WHERE func = 'fanout._cleanup_bookkeeping'`),
+				"listed while a sweep pass is under way")
+		}
+		require.Less(t, calls, 1000)
+	}
+	require.Greater(t, calls, 2, "a pass takes more than one call")
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM fanout.dedupe d JOIN fanout.topic t USING (topic_id)
+		WHERE t.topic = 'in.sweep.old'`), "the expired keys are gone, the retaken one stays")
+	require.Equal(t, retaken, b.count(t, `SELECT message_id FROM fanout.dedupe WHERE dedupe_key = 'in.sweep.old-0-1'`))
+	require.Equal(t, int64(30000), b.count(t, `SELECT count(*) FROM fanout.dedupe d JOIN fanout.topic t USING (topic_id)
+		WHERE t.topic = 'in.sweep.new'`), "keys within their window stay")
+	// The pass is over and the next is not due yet: nothing listed.
+	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.maint_operations() WHERE func = 'fanout._cleanup_bookkeeping'`))
+	require.Positive(t, b.count(t, `SELECT count(*) FROM fanout.maint_operations(now() + interval '2 hours') WHERE func = 'fanout._cleanup_bookkeeping'`))
+}
+
+// A transaction that publishes many keyed batches: the first 8 claim their
+// keys in a subtransaction each, the rest with ON CONFLICT (a transaction
+// never gets more than 8 subtransactions from pgq); both dedupe alike, in
+// the batch and against keys of earlier batches of the same transaction.
+func TestInboxDedupeSubxactBudget(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "in.budget")
+	tx, err := b.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	var first []int64
+	for i := 0; i < 12; i++ {
+		rows, err := tx.Query(b.ctx, `SELECT fanout.publish_batch('in.budget', array_fill('{}'::jsonb, ARRAY[4]),
+			dedupe_keys => ARRAY['k-' || $1::int, 'k-' || $1::int, 'first', 'k-' || ($1::int + 100)])`, i)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		require.NoError(t, err)
+		require.Len(t, got, 4)
+		require.Equal(t, got[0], got[1], "batch %d: a key repeated in the batch gets one id", i)
+		require.NotEqual(t, got[0], got[3])
+		if i == 0 {
+			first = got
+		} else {
+			require.Equal(t, first[2], got[2], "batch %d: a key of an earlier batch keeps its id", i)
+		}
+	}
+	var used string
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT current_setting('fanout.dedupe_subxacts')`).Scan(&used))
+	require.Equal(t, "8", used, "8 subtransactions, then ON CONFLICT")
+	require.NoError(t, tx.Commit(b.ctx))
+	require.Equal(t, int64(12*2+1), b.count(t, `SELECT count(*) FROM fanout.dedupe`))
+	require.Len(t, b.read(t, b.Pool, "in.budget", nil, "c", 100, "30 seconds"), 12*2+1, "one message per key")
+}
+
+// Two batches publishing one key concurrently: the second waits for the
+// first (its plain INSERT of the claims meets the first's row), then gets
+// the first's id when it commits and publishes the key when it rolls back;
+// the second's other keys are published either way.
+func TestInboxDedupeBatchVsBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "in.bvb")
+	holder, batcher := b.Conn(t), b.Conn(t)
+	for _, commit := range []bool{true, false} {
+		key := fmt.Sprintf("shared-%v", commit)
+		tx, err := holder.Begin(b.ctx)
+		require.NoError(t, err)
+		var held int64
+		require.NoError(t, tx.QueryRow(b.ctx, `SELECT x FROM fanout.publish_batch('in.bvb', ARRAY['{"from":"holder"}']::jsonb[],
+			dedupe_keys => ARRAY[$1]) AS x`, key).Scan(&held))
+		done := make(chan []int64, 1)
+		go func() {
+			rows, err := batcher.Query(b.ctx, `SELECT fanout.publish_batch('in.bvb', array_fill('{"from":"batch"}'::jsonb, ARRAY[3]),
+				dedupe_keys => ARRAY['a-' || $1, $1, 'z-' || $1])`, key)
+			var got []int64
+			if err == nil {
+				got, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			}
+			if err != nil {
+				got = nil
+			}
+			done <- got
+		}()
+		b.tWaitBlocked(t, batcher)
+		if commit {
+			require.NoError(t, tx.Commit(b.ctx))
+		} else {
+			require.NoError(t, tx.Rollback(b.ctx))
+		}
+		got := <-done
+		require.Len(t, got, 3, "the batch failed")
+		if commit {
+			require.Equal(t, held, got[1], "the batch gets the committed first message's id")
+		} else {
+			require.NotEqual(t, held, got[1], "the key of a rolled-back publish is free for the batch")
+		}
+		require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM fanout.dedupe WHERE dedupe_key = $1 AND message_id = $2`, key, got[1]))
+	}
+	// The holder's committed message and the batch's two others, then the
+	// batch's three (the holder rolled back).
+	require.Len(t, b.read(t, b.Pool, "in.bvb", nil, "c", 100, "30 seconds"), 1+2+3, "one message per key")
+}

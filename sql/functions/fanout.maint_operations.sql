@@ -5,7 +5,8 @@
 -- NULL -- again while it returns > 0. Every listed function is idempotent,
 -- bounded and takes its own advisory lock.
 -- Reads fanout.topic, fanout.partition, fanout.lease, fanout.member,
--- fanout.event_log, fanout.consumer_group, fanout.bitmap_job, fanout.topic_state.
+-- fanout.event_log, fanout.consumer_group, fanout.bitmap_job, fanout.topic_state,
+-- fanout.dedupe, fanout.dedupe_sweep, fanout.seq_published.
 CREATE OR REPLACE FUNCTION fanout.maint_operations(now timestamptz DEFAULT now())
 RETURNS TABLE(func text, arg text)
 LANGUAGE sql STABLE SECURITY DEFINER
@@ -35,8 +36,13 @@ AS $fn$
     WHERE EXISTS (SELECT 1 FROM fanout.lease l WHERE l.open_count = 0 AND l.closed_at < $1 - interval '1 hour')
        OR EXISTS (SELECT 1 FROM fanout.member m WHERE m.last_seen < $1 - interval '7 days')
        OR EXISTS (SELECT 1 FROM fanout.event_log e WHERE e.at < $1 - interval '30 days')
-       OR EXISTS (SELECT 1 FROM fanout.dedupe d JOIN fanout.topic t ON t.topic_id = d.topic_id
-                  WHERE d.created_at < $1 - t.dedupe_window)
+       OR EXISTS (SELECT 1 FROM fanout.dedupe_sweep s
+                  WHERE s.next_block IS NOT NULL
+                     OR ((s.pass_started IS NULL OR s.pass_started > $1
+                          OR s.pass_started <= $1 - (
+                              SELECT greatest(interval '1 minute', least(min(t.dedupe_window) / 8, interval '1 hour'))
+                              FROM fanout.topic t))
+                         AND EXISTS (SELECT 1 FROM fanout.dedupe)))
        OR EXISTS (SELECT 1 FROM fanout.seq_published s JOIN fanout.topic t ON t.topic_id = s.topic_id
                   WHERE $1 - s.created_at > t.max_retention)
     UNION ALL

@@ -2,19 +2,24 @@
 -- closed over an hour ago (no read reused them since; an ack of any of their
 -- pages then raises PGQ10), members not seen for
 -- 7 days, event_log rows older than 30 days and dedupe keys older than
--- their topic's dedupe_window.
--- Bounded: at most 10,000 rows of each per call. Returns how many rows were
--- deleted; call again while it returns > 0. Takes its own advisory lock.
+-- their topic's dedupe_window: those are found by a sweep over
+-- fanout.dedupe in block ranges (it has no index on created_at), 100 blocks
+-- per call, one pass at a time (see fanout.dedupe_sweep for the pace).
+-- Bounded: at most 10,000 rows of each other kind per call. Returns how many
+-- rows were deleted plus how many dedupe blocks were swept; call again while
+-- it returns > 0. Takes its own advisory lock.
 -- Tables: fanout.lease, fanout.member, fanout.event_log, fanout.dedupe,
--- fanout.seq_published.
+-- fanout.dedupe_sweep, fanout.seq_published.
 CREATE OR REPLACE FUNCTION fanout._cleanup_bookkeeping(p_now timestamptz DEFAULT now())
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE
-    v_n    int;
-    v_done int := 0;
+    v_n       int;
+    v_done    int := 0;
+    v_sweep   fanout.dedupe_sweep;
+    v_hi      bigint;
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
     IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_bookkeeping', 0)) THEN
@@ -39,13 +44,31 @@ BEGIN
                          WHERE o.at < p_now - interval '30 days' LIMIT 10000);
     GET DIAGNOSTICS v_n = ROW_COUNT;
     v_done := v_done + v_n;
-    -- Dedupe keys past their topic's window (a key is free again then).
-    DELETE FROM fanout.dedupe d
-    WHERE (d.topic_id, d.dedupe_key) IN (
-        SELECT o.topic_id, o.dedupe_key FROM fanout.dedupe o JOIN fanout.topic t ON t.topic_id = o.topic_id
-        WHERE o.created_at < p_now - t.dedupe_window LIMIT 10000);
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    v_done := v_done + v_n;
+    -- Dedupe keys past their topic's window (a key is free again then; a
+    -- publisher taking one over meanwhile made it new, which the DELETE
+    -- re-checks on the row's latest version).
+    SELECT * INTO STRICT v_sweep FROM fanout.dedupe_sweep;
+    IF v_sweep.next_block IS NULL
+       AND (v_sweep.pass_started IS NULL OR v_sweep.pass_started > p_now
+            OR v_sweep.pass_started <= p_now - (
+                SELECT greatest(interval '1 minute', least(min(t.dedupe_window) / 8, interval '1 hour'))
+                FROM fanout.topic t)) THEN
+        -- A new pass, over the blocks there now.
+        v_sweep.next_block := 0;
+        v_sweep.pass_end := pg_relation_size('fanout.dedupe') / current_setting('block_size')::bigint;
+        v_sweep.pass_started := p_now;
+    END IF;
+    IF v_sweep.next_block IS NOT NULL THEN
+        v_hi := least(v_sweep.next_block + 100, v_sweep.pass_end);
+        DELETE FROM fanout.dedupe d USING fanout.topic t
+        WHERE d.ctid >= format('(%s,0)', v_sweep.next_block)::tid AND d.ctid < format('(%s,0)', v_hi)::tid
+          AND t.topic_id = d.topic_id AND d.created_at < p_now - t.dedupe_window;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_done := v_done + v_n + (v_hi - v_sweep.next_block)::int;
+        UPDATE fanout.dedupe_sweep s
+        SET next_block = CASE WHEN v_hi < v_sweep.pass_end THEN v_hi END,
+            pass_end = v_sweep.pass_end, pass_started = v_sweep.pass_started;
+    END IF;
     -- Published (aggregate, sequence) pairs past their topic's max_retention.
     DELETE FROM fanout.seq_published d
     WHERE (d.topic_id, d.message_group, d.seq) IN (

@@ -8,13 +8,17 @@
 -- sequence (id NULL = the next one), and
 -- m<id>_insert_keyed(payloads[], headers[], message_groups[], dedupe_keys[],
 -- deliver_at, priority, dedupe_window) RETURNS bigint[] for
--- fanout._publish_batch_set: in one statement it takes the ids (in input
--- order), claims the batch's distinct keys in fanout.dedupe (in key order)
--- and inserts the messages whose key it claimed or that have none. Each
--- element's id comes back in input order: its own, that of the first
--- element with the same key, or NULL when the key was not claimed
--- (published before, or by a concurrent transaction: the caller looks it
--- up in a new statement, which sees that transaction).
+-- fanout._publish_batch_set: it takes the ids (in input order), claims the
+-- batch's distinct keys in fanout.dedupe (in key order; only keys and ids
+-- go through the claim, never the payloads): first as a plain INSERT in a
+-- subtransaction (at most 8 per transaction), and with INSERT ... ON
+-- CONFLICT when that meets an existing key or the 8 are used up; then it
+-- inserts the messages whose own id was claimed or that have no key,
+-- straight from the arrays. Each element's id comes back in input order, or
+-- NULL when its key was not claimed by that element (published before, by
+-- a concurrent transaction, or by an earlier element of the batch: the
+-- caller looks those up in a new statement, which sees them). Without keys
+-- it is a plain insert with a delivery time and priority.
 -- Their INSERTs are static SQL,
 -- so each session plans them once: planning an INSERT into a partitioned
 -- table on every publish (dynamic SQL) cost more than the insert itself.
@@ -99,33 +103,86 @@ BEGIN
         SET search_path = pg_catalog, fanout, pg_temp
         AS $body$
         DECLARE
-            v_ids bigint[];
+            v_ids     bigint[];
+            v_claimed bigint[];
+            v_keyed   bigint;
+            v_used    int;
+            v_fast    boolean := false;
         BEGIN
-            WITH src AS MATERIALIZED (
-                SELECT u.p, u.h, u.g, u.k, u.ord, nextval(%3$L::regclass) AS id
-                FROM unnest(p_payloads, p_headers, p_message_groups, p_keys) WITH ORDINALITY AS u(p, h, g, k, ord)),
-            claimed AS (
-                INSERT INTO fanout.dedupe AS d (topic_id, dedupe_key, message_id, created_at)
-                SELECT %6$s, f.k, f.id, clock_timestamp()
-                FROM (SELECT DISTINCT ON (s.k) s.k, s.id FROM src s WHERE s.k IS NOT NULL ORDER BY s.k, s.ord) f
-                ORDER BY f.k
-                ON CONFLICT (topic_id, dedupe_key) DO UPDATE
-                SET message_id = excluded.message_id, created_at = excluded.created_at
-                WHERE d.created_at < clock_timestamp() - p_window
-                RETURNING d.dedupe_key, d.message_id),
-            res AS MATERIALIZED (
-                SELECT s.p, s.h, s.g, s.ord, s.id, CASE WHEN s.k IS NULL THEN s.id ELSE c.message_id END AS got
-                FROM src s LEFT JOIN claimed c ON c.dedupe_key = s.k),
-            ins AS (
-                INSERT INTO fanout_data.%2$I (id, headers, message_group, payload, deliver_at, priority%4$s)
-                SELECT r.id, coalesce(r.h, '{}'::jsonb), r.g, r.p, p_deliver_at, p_priority%5$s
-                FROM res r WHERE r.got = r.id
-                ORDER BY r.ord)
-            SELECT array_agg(r.got ORDER BY r.ord) INTO v_ids FROM res r;
+            IF p_keys IS NULL THEN
+                WITH ins AS (
+                    INSERT INTO fanout_data.%2$I (headers, message_group, payload, deliver_at, priority%4$s)
+                    SELECT coalesce(u.h, '{}'::jsonb), u.g, u.p, p_deliver_at, p_priority%5$s
+                    FROM unnest(p_payloads, p_headers, p_message_groups) WITH ORDINALITY AS u(p, h, g, ord)
+                    ORDER BY u.ord
+                    RETURNING id)
+                SELECT array_agg(ins.id ORDER BY ins.id) INTO v_ids FROM ins;
+                RETURN v_ids;
+            END IF;
+            -- The ids, in input order (only keys and ids go through the
+            -- claim, never the payloads).
+            SELECT array_agg(nextval(%3$L::regclass) ORDER BY u.ord), count(u.k) INTO v_ids, v_keyed
+            FROM unnest(p_keys) WITH ORDINALITY AS u(k, ord);
+            -- The claim, first as a plain INSERT in a subtransaction: about
+            -- half the cost of INSERT ... ON CONFLICT (no speculative
+            -- insertion). A key that exists (published before, or by a
+            -- concurrent transaction that committed: the INSERT waited for
+            -- it) aborts it, and the claim is made again with ON CONFLICT. At
+            -- most 8 such subtransactions per transaction (fanout.dedupe_subxacts
+            -- counts them), so that a transaction publishing many batches
+            -- never overflows its backend's cache of 64 subtransaction ids.
+            v_used := CASE WHEN current_setting('fanout.dedupe_subxacts', true) ~ '^[0-9]{1,4}$'
+                           THEN current_setting('fanout.dedupe_subxacts', true)::int ELSE 0 END;
+            IF v_used < 8 THEN
+                PERFORM set_config('fanout.dedupe_subxacts', (v_used + 1)::text, true);
+                BEGIN
+                    WITH claimed AS (
+                        INSERT INTO fanout.dedupe AS d (topic_id, dedupe_key, message_id, created_at)
+                        SELECT %6$s, f.k, f.id, clock_timestamp()
+                        FROM (SELECT DISTINCT ON (u.k) u.k, u.id
+                              FROM unnest(p_keys, v_ids) WITH ORDINALITY AS u(k, id, ord)
+                              WHERE u.k IS NOT NULL ORDER BY u.k, u.ord) f
+                        ORDER BY f.k
+                        RETURNING d.message_id)
+                    SELECT array_agg(c.message_id) INTO v_claimed FROM claimed c;
+                    v_fast := true;
+                EXCEPTION WHEN unique_violation THEN
+                    v_fast := false;
+                END;
+            END IF;
+            IF NOT v_fast THEN
+                -- In key order, so that two batches sharing keys wait for
+                -- each other instead of deadlocking; a row past the window
+                -- is taken over.
+                WITH claimed AS (
+                    INSERT INTO fanout.dedupe AS d (topic_id, dedupe_key, message_id, created_at)
+                    SELECT %6$s, f.k, f.id, clock_timestamp()
+                    FROM (SELECT DISTINCT ON (u.k) u.k, u.id
+                          FROM unnest(p_keys, v_ids) WITH ORDINALITY AS u(k, id, ord)
+                          WHERE u.k IS NOT NULL ORDER BY u.k, u.ord) f
+                    ORDER BY f.k
+                    ON CONFLICT (topic_id, dedupe_key) DO UPDATE
+                    SET message_id = excluded.message_id, created_at = excluded.created_at
+                    WHERE d.created_at < clock_timestamp() - p_window
+                    RETURNING d.message_id)
+                SELECT array_agg(c.message_id) INTO v_claimed FROM claimed c;
+            END IF;
+            IF coalesce(cardinality(v_claimed), 0) < v_keyed THEN
+                -- Not every key claimed (published before, or repeated in
+                -- the batch): only the elements whose own id was claimed, or
+                -- that have no key, are inserted; the others come back NULL.
+                SELECT array_agg(CASE WHEN u.k IS NULL OR u.id IN (SELECT unnest(v_claimed)) THEN u.id END
+                                 ORDER BY u.ord)
+                INTO v_ids FROM unnest(v_ids, p_keys) WITH ORDINALITY AS u(id, k, ord);
+            END IF;
+            INSERT INTO fanout_data.%2$I (id, headers, message_group, payload, deliver_at, priority%4$s)
+            SELECT u.id, coalesce(u.h, '{}'::jsonb), u.g, u.p, p_deliver_at, p_priority%5$s
+            FROM unnest(v_ids, p_payloads, p_headers, p_message_groups) AS u(id, p, h, g)
+            WHERE u.id IS NOT NULL;
             RETURN v_ids;
         END
         $body$$ddl$, v_table || '_insert_keyed', v_table, 'fanout_data.' || quote_ident(v_seq), v_kcol,
-        fanout._kpart_expr(v_parts, 'r.g'), p_topic_id);
+        fanout._kpart_expr(v_parts, 'u.g'), p_topic_id);
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(jsonb, jsonb, text) FROM PUBLIC', v_table || '_insert');
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(jsonb[], jsonb[], text[], text[], timestamptz, smallint, interval) FROM PUBLIC',
                    v_table || '_insert_keyed');

@@ -87,7 +87,7 @@ BEGIN
     PERFORM pg_current_xact_id();
     PERFORM fanout._notify_override(v_t, $5, true);
     IF $10 IS NULL AND ($6 IS NOT NULL OR $7 IS NOT NULL OR $8 IS NOT NULL OR $9 IS NOT NULL) THEN
-        RETURN QUERY SELECT fanout._publish_batch_set(v_t, $2, $3, $4, $6, v_at, $9);
+        RETURN QUERY SELECT unnest(fanout._publish_batch_set(v_t, $2, $3, $4, $6, v_at, $9));
     ELSIF $10 IS NOT NULL THEN
         -- Sequences: one at a time, in input order (a key or sequence
         -- repeated in the batch meets its own first claim).
