@@ -145,3 +145,65 @@ func TestPartitionsGroupDeletionDeletesLeases(t *testing.T) {
 	require.EqualValues(t, 2, leasesOf("kept"))
 	require.EqualValues(t, total-6, b.count(t, `SELECT count(*) FROM fanout.lease`))
 }
+
+// A page read of a group that has no retry row (nothing nacked, delayed or
+// replayed) looks fanout.retry up once, on one index: the head-of-line check
+// and the due-retry delete (three more indexes) are skipped. Relation locks
+// beyond PostgreSQL 15's 16 fast-path slots per transaction go through the
+// shared lock table, on one partition per relation for every member of a
+// storm. Warm session (generic plans), as a consumer's connection is.
+func TestPartitionsPageReadSkipsRetryLookups(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := b.ctx
+	b.createTopic(t, b.Pool, "r", "semantics => 'pubsub'", "partitions => 4")
+	b.subscribe(t, "r", "g")
+	_, err := b.Pool.Exec(ctx, `SELECT fanout.publish_batch('r', array_agg('{}'::jsonb), message_groups => array_agg('k' || i))
+		FROM generate_series(1, 400) i`)
+	require.NoError(t, err)
+	conn := b.Conn(t)
+	page := func(q querier) (lease int64, n int) {
+		t.Helper()
+		rows, err := q.Query(ctx, `SELECT lease_id FROM fanout.read('r', 'g', 'm', 5)`)
+		require.NoError(t, err)
+		for rows.Next() {
+			require.NoError(t, rows.Scan(&lease))
+			n++
+		}
+		require.NoError(t, rows.Err())
+		return lease, n
+	}
+	for i := 0; i < 8; i++ { // past the plan cache's first five executions
+		lease, n := page(conn)
+		require.Equal(t, 5, n)
+		_, err := conn.Exec(ctx, `SELECT fanout.ack($1)`, lease)
+		require.NoError(t, err)
+	}
+	retryRels := func() int64 {
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		lease, n := page(tx)
+		require.Equal(t, 5, n)
+		var rels int64
+		require.NoError(t, tx.QueryRow(ctx, `SELECT count(DISTINCT l.relation) FROM pg_locks l
+			JOIN pg_class c ON c.oid = l.relation
+			WHERE l.pid = pg_backend_pid() AND c.relnamespace = 'fanout'::regnamespace
+			  AND c.relname LIKE 'retry%'`).Scan(&rels))
+		_, err = tx.Exec(ctx, `SELECT fanout.ack($1)`, lease)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		return rels
+	}
+	require.EqualValues(t, 2, retryRels(), "fanout.retry and one index")
+	// With a retry row in the group, the look-ups run as before (and the
+	// nacked message's partition waits for it: head-of-line).
+	lease, n := page(conn)
+	require.Equal(t, 5, n)
+	_, err = conn.Exec(ctx, `SELECT fanout.nack($1, (SELECT msg_ids[1:1] FROM fanout.lease WHERE lease_id = $1),
+		retry_in => '1 hour')`, lease)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `SELECT fanout.ack($1)`, lease)
+	require.NoError(t, err)
+	require.Greater(t, retryRels(), int64(2))
+}
