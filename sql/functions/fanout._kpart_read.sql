@@ -250,7 +250,8 @@ BEGIN
         -- Stamped when handed out (not when the read began): the previous
         -- page of the partition was settled or had expired before this.
         v_lease_id := fanout._lease_open(v_g.group_id, p_consumer, clock_timestamp(), clock_timestamp() + p_lease,
-                                         v_ids, v_txids, v_att, v_k.kpart, v_k.generation);
+                                         v_ids, v_txids, v_att, v_k.kpart, v_k.generation,
+                                         v_k.lease_id >> 32);
         UPDATE fanout.kpart k
         SET win_lo = v_k.win_lo, win_hi = v_k.win_hi, cur_txid = v_k.cur_txid, cur_id = v_k.cur_id,
             lease_id = v_lease_id, delivered = k.delivered + cardinality(v_ids), last_read_at = p_now
