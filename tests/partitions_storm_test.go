@@ -207,3 +207,40 @@ func TestPartitionsPageReadSkipsRetryLookups(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, retryRels(), int64(2))
 }
+
+// A key partition's next page reuses the lease slot of the partition's
+// previous page when that slot is free, rather than the group's most
+// recently freed slot (which every owner of a member storm went for at
+// once). The slot moves to its next page number, as any reuse does.
+func TestPartitionsPageReusesItsPartitionsSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := b.ctx
+	b.createTopic(t, b.Pool, "s", "semantics => 'pubsub'", "partitions => 2")
+	b.subscribe(t, "s", "g")
+	_, err := b.Pool.Exec(ctx, `SELECT fanout.publish_batch('s', array_agg('{}'::jsonb), message_groups => array_agg('k' || i))
+		FROM generate_series(1, 40) i`)
+	require.NoError(t, err)
+	page := func() (lease int64, kpart int) {
+		t.Helper()
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT lease_id FROM fanout.read('s', 'g', 'm', 3) LIMIT 1`).Scan(&lease))
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT kpart FROM fanout.lease WHERE lease_id = $1`, lease).Scan(&kpart))
+		return lease, kpart
+	}
+	ack := func(lease int64) {
+		t.Helper()
+		_, err := b.Pool.Exec(ctx, `SELECT fanout.ack($1)`, lease)
+		require.NoError(t, err)
+	}
+	first, k1 := page()  // the least recently served partition
+	second, k2 := page() // the other one, in a second slot (the first is open)
+	require.NotEqual(t, k1, k2)
+	require.NotEqual(t, first>>32, second>>32)
+	ack(first)
+	ack(second) // the group's most recently freed slot
+	third, k3 := page()
+	require.Equal(t, k1, k3, "the least recently served partition comes next")
+	require.Equal(t, first>>32, third>>32, "the partition's own slot, not the most recently freed one")
+	require.Equal(t, first+1, third, "the slot's next page")
+	ack(third)
+}
