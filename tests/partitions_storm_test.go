@@ -48,6 +48,10 @@ func TestPartitionsStormReadsWriteNothing(t *testing.T) {
 	// readIn runs one read of member m in its own transaction and says how
 	// many messages it got and whether it wrote or locked any row (then the
 	// transaction has an xid).
+	// An idle read also locks no message table or partition, lease or retry
+	// relation (pages, which the idle read never looks at), and its
+	// relation locks all fit the fast path.
+	var heavy, slow int64
 	readIn := func(m string) (got int64, wrote bool) {
 		t.Helper()
 		tx, err := b.Pool.Begin(ctx)
@@ -55,6 +59,12 @@ func TestPartitionsStormReadsWriteNothing(t *testing.T) {
 		defer tx.Rollback(ctx) //nolint:errcheck
 		require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM fanout.read('s', 'g', $1, 10)`, m).Scan(&got))
 		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_current_xact_id_if_assigned() IS NOT NULL`).Scan(&wrote))
+		require.NoError(t, tx.QueryRow(ctx, `SELECT
+			count(*) FILTER (WHERE c.relnamespace = 'fanout_data'::regnamespace
+			                    OR c.relname LIKE 'lease%' OR c.relname LIKE 'retry%'),
+			count(*) FILTER (WHERE NOT l.fastpath AND c.relnamespace IN ('fanout'::regnamespace, 'fanout_data'::regnamespace))
+			FROM pg_locks l LEFT JOIN pg_class c ON c.oid = l.relation
+			WHERE l.pid = pg_backend_pid()`).Scan(&heavy, &slow))
 		require.NoError(t, tx.Commit(ctx))
 		return got, wrote
 	}
@@ -72,6 +82,8 @@ func TestPartitionsStormReadsWriteNothing(t *testing.T) {
 		got, wrote := readIn(m)
 		require.Zero(t, got)
 		require.False(t, wrote, "the read of %s, which owns nothing, wrote or locked a row", m)
+		require.Zero(t, heavy, "the read of %s, which owns nothing, locked a message, lease or retry relation", m)
+		require.Zero(t, slow, "the read of %s, which owns nothing, locked relations outside the fast path", m)
 	}
 	// The group's members converge to one partition each for m0..m4.
 	for round := 0; round < 3; round++ {
