@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -25,10 +26,16 @@ type readAckResult struct {
 	MinPub time.Time     // oldest published_at in the page
 }
 
+// querier is a pool or one connection held from it.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
 // readAck claims up to max messages for (topic, group, consumer) with
 // fanout.read and acks the lease with fanout.ack, both autocommit.
 // onRow, when not nil, sees each message's id and published_at.
-func readAck(ctx context.Context, pool *pgxpool.Pool, topic, group, consumer string, max int,
+func readAck(ctx context.Context, pool querier, topic, group, consumer string, max int,
 	onRow func(id int64, published time.Time)) (readAckResult, error) {
 	var res readAckResult
 	var grp any

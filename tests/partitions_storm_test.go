@@ -48,6 +48,10 @@ func TestPartitionsStormReadsWriteNothing(t *testing.T) {
 	// readIn runs one read of member m in its own transaction and says how
 	// many messages it got and whether it wrote or locked any row (then the
 	// transaction has an xid).
+	// An idle read also locks no message table or partition, lease or retry
+	// relation (pages, which the idle read never looks at), and its
+	// relation locks all fit the fast path.
+	var heavy, slow int64
 	readIn := func(m string) (got int64, wrote bool) {
 		t.Helper()
 		tx, err := b.Pool.Begin(ctx)
@@ -55,6 +59,12 @@ func TestPartitionsStormReadsWriteNothing(t *testing.T) {
 		defer tx.Rollback(ctx) //nolint:errcheck
 		require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM fanout.read('s', 'g', $1, 10)`, m).Scan(&got))
 		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_current_xact_id_if_assigned() IS NOT NULL`).Scan(&wrote))
+		require.NoError(t, tx.QueryRow(ctx, `SELECT
+			count(*) FILTER (WHERE c.relnamespace = 'fanout_data'::regnamespace
+			                    OR c.relname LIKE 'lease%' OR c.relname LIKE 'retry%'),
+			count(*) FILTER (WHERE NOT l.fastpath AND c.relnamespace IN ('fanout'::regnamespace, 'fanout_data'::regnamespace))
+			FROM pg_locks l LEFT JOIN pg_class c ON c.oid = l.relation
+			WHERE l.pid = pg_backend_pid()`).Scan(&heavy, &slow))
 		require.NoError(t, tx.Commit(ctx))
 		return got, wrote
 	}
@@ -72,6 +82,8 @@ func TestPartitionsStormReadsWriteNothing(t *testing.T) {
 		got, wrote := readIn(m)
 		require.Zero(t, got)
 		require.False(t, wrote, "the read of %s, which owns nothing, wrote or locked a row", m)
+		require.Zero(t, heavy, "the read of %s, which owns nothing, locked a message, lease or retry relation", m)
+		require.Zero(t, slow, "the read of %s, which owns nothing, locked relations outside the fast path", m)
 	}
 	// The group's members converge to one partition each for m0..m4.
 	for round := 0; round < 3; round++ {
@@ -144,4 +156,103 @@ func TestPartitionsGroupDeletionDeletesLeases(t *testing.T) {
 	require.Zero(t, orphans(), "drop_topic left its groups' leases")
 	require.EqualValues(t, 2, leasesOf("kept"))
 	require.EqualValues(t, total-6, b.count(t, `SELECT count(*) FROM fanout.lease`))
+}
+
+// A page read of a group that has no retry row (nothing nacked, delayed or
+// replayed) looks fanout.retry up once, on one index: the head-of-line check
+// and the due-retry delete (three more indexes) are skipped. Relation locks
+// beyond PostgreSQL 15's 16 fast-path slots per transaction go through the
+// shared lock table, on one partition per relation for every member of a
+// storm. Warm session (generic plans), as a consumer's connection is.
+func TestPartitionsPageReadSkipsRetryLookups(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := b.ctx
+	b.createTopic(t, b.Pool, "r", "semantics => 'pubsub'", "partitions => 4")
+	b.subscribe(t, "r", "g")
+	_, err := b.Pool.Exec(ctx, `SELECT fanout.publish_batch('r', array_agg('{}'::jsonb), message_groups => array_agg('k' || i))
+		FROM generate_series(1, 400) i`)
+	require.NoError(t, err)
+	conn := b.Conn(t)
+	page := func(q querier) (lease int64, n int) {
+		t.Helper()
+		rows, err := q.Query(ctx, `SELECT lease_id FROM fanout.read('r', 'g', 'm', 5)`)
+		require.NoError(t, err)
+		for rows.Next() {
+			require.NoError(t, rows.Scan(&lease))
+			n++
+		}
+		require.NoError(t, rows.Err())
+		return lease, n
+	}
+	for i := 0; i < 8; i++ { // past the plan cache's first five executions
+		lease, n := page(conn)
+		require.Equal(t, 5, n)
+		_, err := conn.Exec(ctx, `SELECT fanout.ack($1)`, lease)
+		require.NoError(t, err)
+	}
+	retryRels := func() int64 {
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+		lease, n := page(tx)
+		require.Equal(t, 5, n)
+		var rels int64
+		require.NoError(t, tx.QueryRow(ctx, `SELECT count(DISTINCT l.relation) FROM pg_locks l
+			JOIN pg_class c ON c.oid = l.relation
+			WHERE l.pid = pg_backend_pid() AND c.relnamespace = 'fanout'::regnamespace
+			  AND c.relname LIKE 'retry%'`).Scan(&rels))
+		_, err = tx.Exec(ctx, `SELECT fanout.ack($1)`, lease)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		return rels
+	}
+	require.EqualValues(t, 2, retryRels(), "fanout.retry and one index")
+	// With a retry row in the group, the look-ups run as before (and the
+	// nacked message's partition waits for it: head-of-line).
+	lease, n := page(conn)
+	require.Equal(t, 5, n)
+	_, err = conn.Exec(ctx, `SELECT fanout.nack($1, (SELECT msg_ids[1:1] FROM fanout.lease WHERE lease_id = $1),
+		retry_in => '1 hour')`, lease)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `SELECT fanout.ack($1)`, lease)
+	require.NoError(t, err)
+	require.Greater(t, retryRels(), int64(2))
+}
+
+// A key partition's next page reuses the lease slot of the partition's
+// previous page when that slot is free, rather than the group's most
+// recently freed slot (which every owner of a member storm went for at
+// once). The slot moves to its next page number, as any reuse does.
+func TestPartitionsPageReusesItsPartitionsSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := b.ctx
+	b.createTopic(t, b.Pool, "s", "semantics => 'pubsub'", "partitions => 2")
+	b.subscribe(t, "s", "g")
+	_, err := b.Pool.Exec(ctx, `SELECT fanout.publish_batch('s', array_agg('{}'::jsonb), message_groups => array_agg('k' || i))
+		FROM generate_series(1, 40) i`)
+	require.NoError(t, err)
+	page := func() (lease int64, kpart int) {
+		t.Helper()
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT lease_id FROM fanout.read('s', 'g', 'm', 3) LIMIT 1`).Scan(&lease))
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT kpart FROM fanout.lease WHERE lease_id = $1`, lease).Scan(&kpart))
+		return lease, kpart
+	}
+	ack := func(lease int64) {
+		t.Helper()
+		_, err := b.Pool.Exec(ctx, `SELECT fanout.ack($1)`, lease)
+		require.NoError(t, err)
+	}
+	first, k1 := page()  // the least recently served partition
+	second, k2 := page() // the other one, in a second slot (the first is open)
+	require.NotEqual(t, k1, k2)
+	require.NotEqual(t, first>>32, second>>32)
+	ack(first)
+	ack(second) // the group's most recently freed slot
+	third, k3 := page()
+	require.Equal(t, k1, k3, "the least recently served partition comes next")
+	require.Equal(t, first>>32, third>>32, "the partition's own slot, not the most recently freed one")
+	require.Equal(t, first+1, third, "the slot's next page")
+	ack(third)
 }

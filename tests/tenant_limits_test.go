@@ -366,10 +366,22 @@ func TestDropTopicDuringUse(t *testing.T) {
 				_, err := late.Exec(b.ctx, c.sql)
 				lateDone <- err
 			}()
-			b.tWaitBlocked(t, late)
-			require.NoError(t, tx.Commit(b.ctx))
-			require.NoError(t, <-dropDone)
-			requireSQLState(t, <-lateDone, "PGQ01")
+			// The late call either waits for the drop and then finds no
+			// topic, or (its advisory key not yet taken by the drop, which
+			// takes the topic's 32 keys in turn) runs before the drop, maybe
+			// waiting for the holder first (a read on the group row): never
+			// an error about a vanished table or group row.
+			if b.tWaitBlockedOrDone(t, late, lateDone) {
+				require.NoError(t, tx.Commit(b.ctx))
+				require.NoError(t, <-dropDone)
+				if err := <-lateDone; err != nil {
+					requireSQLState(t, err, "PGQ01")
+				}
+			} else {
+				require.NoError(t, <-lateDone, "a call that ran before the drop")
+				require.NoError(t, tx.Commit(b.ctx))
+				require.NoError(t, <-dropDone)
+			}
 			_, err = late.Exec(b.ctx, c.sql)
 			requireSQLState(t, err, "PGQ01")
 		})
@@ -390,6 +402,30 @@ func (b *bundle) tWaitBlocked(t *testing.T, conn *pgx.Conn) {
 		select {
 		case <-b.ctx.Done():
 			t.Fatal("the call never waited for the lock")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// tWaitBlockedOrDone waits until the backend of conn waits for a lock (true)
+// or its call, which reports on done, has ended (false; the result stays in
+// done).
+func (b *bundle) tWaitBlockedOrDone(t *testing.T, conn *pgx.Conn, done chan error) bool {
+	t.Helper()
+	pid := conn.PgConn().PID()
+	for {
+		var waiting bool
+		require.NoError(t, b.Pool.QueryRow(b.ctx,
+			"SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)", pid).Scan(&waiting))
+		if waiting {
+			return true
+		}
+		select {
+		case err := <-done:
+			done <- err
+			return false
+		case <-b.ctx.Done():
+			t.Fatal("the call neither waited for a lock nor ended")
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -434,4 +470,53 @@ func TestMaintenancePoisonedBitmapJob(t *testing.T) {
 		WHERE kind = 'maintenance_failed' AND topic = 'r.poison' AND detail->>'function' = 'fanout._bitmap_step'`).Scan(&logged))
 	require.Equal(t, 1, logged)
 	require.Len(t, b.read(t, b.Pool, "r.good", ptr("late"), "c", 10, "1 minute"), 5)
+}
+
+// Users of one topic on different backends take different advisory keys
+// (fanout._enter: one of the topic's 32 keys, by backend pid), so that they
+// do not all queue on one lock-manager partition; drop_topic still waits
+// for every one of them, whichever key it took.
+func TestDropTopicWaitsForEveryKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "spread")
+	b.publish(t, b.Pool, "spread", `{}`)
+	// Two holders whose pids differ modulo 32 (spare connections are closed
+	// with the test).
+	var holders []*pgx.Conn
+	first := b.Conn(t)
+	holders = append(holders, first)
+	for len(holders) < 2 {
+		c := b.Conn(t)
+		if c.PgConn().PID()%32 != first.PgConn().PID()%32 {
+			holders = append(holders, c)
+		}
+	}
+	var txs []pgx.Tx
+	var pids []uint32
+	for _, c := range holders {
+		tx, err := c.Begin(b.ctx)
+		require.NoError(t, err)
+		// What every call of the topic does first (only that: a publish or
+		// read would also hold locks the drop waits for anyway).
+		_, err = tx.Exec(b.ctx, "SELECT fanout._enter('spread', 'consume')")
+		require.NoError(t, err)
+		txs = append(txs, tx)
+		pids = append(pids, c.PgConn().PID())
+	}
+	var keys int
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT count(DISTINCT (classid, objid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND mode = 'ShareLock' AND pid = ANY ($1)`, pids).Scan(&keys))
+	require.Equal(t, 2, keys, "the two users of the topic share one advisory key")
+
+	dropper := b.Conn(t)
+	_, err := dropper.Exec(b.ctx, "SET lock_timeout = '200ms'")
+	require.NoError(t, err)
+	for i, tx := range txs {
+		_, err = dropper.Exec(b.ctx, "SELECT fanout.drop_topic('spread', force => true)")
+		requireSQLState(t, err, "55P03") // waits for the holders still open
+		require.NoError(t, tx.Commit(b.ctx), "holder %d", i)
+	}
+	_, err = dropper.Exec(b.ctx, "SELECT fanout.drop_topic('spread', force => true)")
+	require.NoError(t, err)
 }

@@ -7,11 +7,17 @@
 -- inserts a slot only when none is free. Free slots that another session
 -- holds locked (an ack in a business transaction) are skipped, never waited
 -- for. A slot stops being reused at page 2^32 - 1 (cleanup deletes it).
+-- p_slot (a key partition's read passes the slot of the partition's previous
+-- page): that slot is tried first, by its key, when it is free. Otherwise
+-- every page read of a member storm looked for the group's most recently
+-- freed slot (a scan and sort of all the group's slots, on the one index by
+-- group), and its 64 owners' reads locked and skipped the same few slots.
 -- Returns the new lease id (slot_id * 2^32 + page_no).
 -- Tables: fanout.lease.
 CREATE OR REPLACE FUNCTION fanout._lease_open(
     p_group_id bigint, p_consumer text, p_created timestamptz, p_expires timestamptz,
-    p_ids bigint[], p_txids xid8[], p_atts int[], p_kpart int DEFAULT NULL, p_generation bigint DEFAULT NULL)
+    p_ids bigint[], p_txids xid8[], p_atts int[], p_kpart int DEFAULT NULL, p_generation bigint DEFAULT NULL,
+    p_slot bigint DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
@@ -20,6 +26,22 @@ DECLARE
     v_min bigint := (SELECT min(x) FROM unnest(p_ids) AS x);
     v_id  bigint;
 BEGIN
+    IF p_slot IS NOT NULL THEN
+        UPDATE fanout.lease l
+        SET page_no = l.page_no + 1, consumer = p_consumer, created_at = p_created, expires_at = p_expires,
+            msg_ids = p_ids, msg_txids = p_txids, attempts = p_atts, settled = '{}', reclaimed = '{}',
+            open_count = cardinality(p_ids), min_id = v_min, closed_at = NULL, kpart = p_kpart,
+            generation = p_generation
+        WHERE l.slot_id = (SELECT f.slot_id FROM fanout.lease f
+                           WHERE f.slot_id = p_slot AND f.group_id = p_group_id AND f.open_count = 0
+                             AND f.reclaimed = '{}' AND f.page_no < 4294967295
+                           FOR UPDATE SKIP LOCKED)
+          AND l.open_count = 0
+        RETURNING l.lease_id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
+        END IF;
+    END IF;
     UPDATE fanout.lease l
     SET page_no = l.page_no + 1, consumer = p_consumer, created_at = p_created, expires_at = p_expires,
         msg_ids = p_ids, msg_txids = p_txids, attempts = p_atts, settled = '{}', reclaimed = '{}',

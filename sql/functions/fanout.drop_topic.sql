@@ -25,7 +25,9 @@ BEGIN
     v_t := fanout._topic($1);
     -- Wait for the transactions using the topic and keep new ones out until
     -- this one ends: they then find no topic (PGQ01; see fanout._enter).
-    PERFORM pg_advisory_xact_lock(fanout._topic_lock_key(v_t.topic));
+    -- Every key of the topic (each user takes one, by its backend's pid), in
+    -- order, so two drops of one topic queue on the first.
+    PERFORM pg_advisory_xact_lock(fanout._topic_lock_key(v_t.topic) # k) FROM generate_series(0, 31) k;
     -- Lock the row here (fanout._topic is STABLE and cannot lock); a
     -- concurrent drop that committed meanwhile makes this one PGQ01.
     SELECT * INTO v_t FROM fanout.topic t WHERE t.topic_id = v_t.topic_id FOR UPDATE;

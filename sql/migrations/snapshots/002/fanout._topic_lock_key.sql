@@ -1,6 +1,12 @@
--- fanout._topic_lock_key(p_topic): the advisory lock key that keeps a topic
--- from being dropped under its users (fanout._enter takes it shared,
--- fanout.drop_topic exclusively): a 64-bit hash of the name in NFC.
+-- fanout._topic_lock_key(p_topic): the base of the advisory lock keys that
+-- keep a topic from being dropped under its users: a 64-bit hash of the name
+-- in NFC. There are 32 keys per topic, base # 0 .. base # 31 (xor, so no
+-- overflow): fanout._enter takes one of them shared, chosen by the backend's
+-- pid, and fanout.drop_topic takes all 32 exclusively, in order. One key
+-- shared by every user of a topic put every call on the same lock-manager
+-- partition (an advisory lock never takes the fast path; a member storm's
+-- 150 readers queued on that partition's LWLock); 32 keys spread them over
+-- most of the 16 partitions.
 -- Touches no table.
 CREATE OR REPLACE FUNCTION fanout._topic_lock_key(p_topic text)
 RETURNS bigint
