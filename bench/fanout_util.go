@@ -361,3 +361,55 @@ func sampleBloatBytes(ctx context.Context, pool *pgxpool.Pool) (bloatBytes, erro
 	b.Pct, b.MsgPct, b.CatalogPct = pct(b.Dead+b.Free, b.Total), pct(msgWaste, msgAll), pct(catWaste, catAll)
 	return b, nil
 }
+
+// readChained claims up to max messages with fanout.read and acks the
+// caller's previous page (prev, 0 for none) in the same call (read(...,
+// ack => prev)): one round trip and one commit per page, as the shipped
+// client does (it pipelines the ack with the next read). It returns the new
+// page's lease (0 when the page is empty), to be acked by the next call. A
+// deadlock (40P01) rolls the whole call back and is retried, and counted.
+func readChained(ctx context.Context, q querier, topic, group, consumer string, max int, prev int64) (
+	readAckResult, int64, error) {
+	var grp, ack any
+	if group != "" {
+		grp = group
+	}
+	if prev != 0 {
+		ack = prev
+	}
+	for attempt := 1; ; attempt++ {
+		var res readAckResult
+		var lease int64
+		t0 := time.Now()
+		rows, err := q.Query(ctx, `SELECT lease_id, message_id, published_at FROM fanout.read($1, $2, $3, $4, ack => $5)`,
+			topic, grp, consumer, max, ack)
+		if err == nil {
+			for rows.Next() {
+				var id int64
+				var pub time.Time
+				if err = rows.Scan(&lease, &id, &pub); err != nil {
+					break
+				}
+				res.N++
+				res.MaxID = max64(res.MaxID, id)
+				if res.MinPub.IsZero() || pub.Before(res.MinPub) {
+					res.MinPub = pub
+				}
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		var pe *pgconn.PgError
+		if err != nil && errors.As(err, &pe) && pe.Code == "40P01" && attempt < 10 {
+			ackDeadlocks.Add(1)
+			continue
+		}
+		if err != nil {
+			return res, 0, fmt.Errorf("read %s/%s (ack %d): %w", topic, group, prev, err)
+		}
+		res.Fetch = time.Since(t0)
+		return res, lease, nil
+	}
+}
