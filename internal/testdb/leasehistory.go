@@ -16,6 +16,8 @@ import (
 // slot, copied into <schema>.lease_log by a trigger when the slot moves to
 // its next page or is deleted. Test and harness databases only: the trigger
 // changes nothing the product does (it only copies old row versions).
+// A page settled in full by its holder keeps settled empty
+// (fanout._lease_settle); the view lists its msg_ids there, as settled.
 func KeepLeaseHistory(ctx context.Context, db interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 }, schema string) error {
@@ -35,7 +37,12 @@ func KeepLeaseHistory(ctx context.Context, db interface {
 		CREATE TRIGGER zz_lease_log_delete AFTER DELETE ON fanout.lease FOR EACH ROW
 		    EXECUTE FUNCTION %[1]s.lease_log();
 		CREATE VIEW %[1]s.lease_all AS
-		    SELECT * FROM fanout.lease UNION ALL SELECT * FROM %[1]s.lease_log;
+		    SELECT l.slot_id, l.group_id, l.page_no, l.lease_id, l.consumer, l.created_at, l.expires_at,
+		           l.msg_ids, l.msg_txids, l.attempts,
+		           CASE WHEN l.open_count = 0 AND l.reclaimed = '{}' AND l.settled = '{}' THEN l.msg_ids
+		                ELSE l.settled END AS settled,
+		           l.reclaimed, l.open_count, l.min_id, l.closed_at, l.kpart, l.generation
+		    FROM (SELECT * FROM fanout.lease UNION ALL SELECT * FROM %[1]s.lease_log) l;
 		GRANT USAGE ON SCHEMA %[1]s TO PUBLIC;
 		GRANT SELECT ON %[1]s.lease_all, %[1]s.lease_log TO PUBLIC`, s))
 	if err != nil {

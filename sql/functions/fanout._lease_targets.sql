@@ -17,6 +17,9 @@ DECLARE
 BEGIN
     IF p_message_ids IS NULL AND cardinality(p_l.reclaimed) = 0 THEN
         -- The whole lease, nothing taken away: the common ack, kept cheap.
+        IF p_l.open_count = 0 THEN
+            RETURN '{}';  -- settled in full (settled is then '{}': fanout._lease_settle)
+        END IF;
         IF cardinality(p_l.settled) = 0 THEN
             RETURN p_l.msg_ids;
         END IF;
@@ -39,6 +42,9 @@ BEGIN
     IF cardinality(v_bad) > 0 THEN
         RAISE EXCEPTION 'message(s) % are not part of lease %', array_to_string(v_bad, ', '), p_l.lease_id
             USING ERRCODE = 'PGQ12';
+    END IF;
+    IF p_l.open_count = 0 THEN
+        RETURN '{}';  -- settled in full, whatever settled lists
     END IF;
     RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_req) AS x WHERE x <> ALL (p_l.settled) ORDER BY x);
 END

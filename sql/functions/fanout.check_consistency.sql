@@ -36,6 +36,7 @@ BEGIN
     CROSS JOIN LATERAL (SELECT count(*) AS n FROM unnest(l.msg_ids) AS x
                         WHERE x <> ALL (l.settled) AND x <> ALL (l.reclaimed)) o
     WHERE o.n <> l.open_count
+      AND NOT (l.open_count = 0 AND l.reclaimed = '{}' AND l.settled = '{}')  -- settled in full
     UNION ALL
     SELECT t.topic, g.group_name, NULL, 'error',
            format('cancelled group holds %s open lease(s) and %s retries',

@@ -137,16 +137,39 @@ CREATE TABLE fanout.lease (
     msg_ids     bigint[] NOT NULL,
     msg_txids   xid8[] NOT NULL,
     attempts    int[] NOT NULL,
-    settled     bigint[] NOT NULL DEFAULT '{}',   -- acked, nacked or dead-lettered by this lease
+    settled     bigint[] NOT NULL DEFAULT '{}',   -- acked, nacked or dead-lettered by this lease ('{}' once
+                                                  -- every message is, with none reclaimed: open_count 0)
     reclaimed   bigint[] NOT NULL DEFAULT '{}',   -- taken over by a later lease after expiry
     open_count  int NOT NULL,                     -- neither settled nor reclaimed
     min_id      bigint NOT NULL,                  -- pins partitions while open
     closed_at   timestamptz,                      -- set when open_count reaches 0
     kpart       int,                              -- partitioned topics: the key partition of the page
     generation  bigint                            -- and its generation when handed out
-) WITH (fillfactor = 50, toast_tuple_target = 8160, autovacuum_vacuum_scale_factor = 0,
+) WITH (fillfactor = 50, toast_tuple_target = 512, autovacuum_vacuum_scale_factor = 0,
        autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
 CREATE INDEX lease_group_idx ON fanout.lease (group_id);
+-- The page's arrays compressed in line (lz4 where the server has it): a page
+-- of 100 makes a row of ~0.6 kB instead of ~2.2 kB, so an ack and the next
+-- read of the same slot in one transaction (read(..., ack =>), a pipelined
+-- client) still fit their three versions on the row's heap page and stay
+-- HOT. Uncompressed, the third version moved to a new page on nearly every
+-- page read: the table grew by a page per page read until vacuum, and the
+-- index by group filled with entries to dead versions (docs/architecture.md,
+-- "Catalog tables"). STORAGE MAIN keeps them in line up to a heap page.
+DO $do$
+DECLARE
+    v_alg text := CASE WHEN EXISTS (SELECT 1 FROM pg_settings
+                                    WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals))
+                       THEN 'lz4' ELSE 'pglz' END;
+BEGIN
+    EXECUTE format('ALTER TABLE fanout.lease
+        ALTER COLUMN msg_ids SET STORAGE MAIN, ALTER COLUMN msg_ids SET COMPRESSION %1$s,
+        ALTER COLUMN msg_txids SET STORAGE MAIN, ALTER COLUMN msg_txids SET COMPRESSION %1$s,
+        ALTER COLUMN attempts SET STORAGE MAIN, ALTER COLUMN attempts SET COMPRESSION %1$s,
+        ALTER COLUMN settled SET STORAGE MAIN, ALTER COLUMN settled SET COMPRESSION %1$s,
+        ALTER COLUMN reclaimed SET STORAGE MAIN, ALTER COLUMN reclaimed SET COMPRESSION %1$s', v_alg);
+END
+$do$;
 
 -- Messages waiting for redelivery after nack (or dead-letter replay).
 CREATE TABLE fanout.retry (

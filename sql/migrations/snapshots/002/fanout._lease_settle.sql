@@ -9,6 +9,10 @@
 -- computed under that lock (ack, nack, read: no second look-up); without,
 -- the row is locked here and only the messages of p_ids still open in it
 -- are recorded (a concurrent ack may have settled some meanwhile).
+-- A lease whose every message its holder settled (open_count 0, nothing
+-- reclaimed) keeps settled empty: "all of msg_ids" needs no second copy of
+-- the ids in the row (the common ack of a whole page; the row stays small
+-- enough for HOT updates, see fanout.lease).
 -- A lease is found by its slot (lease_id >> 32, fanout._lease_open) and
 -- must still be the slot's page. NULL or empty p_ids change nothing.
 -- Returns how many were recorded. Tables: fanout.lease.
@@ -41,7 +45,8 @@ BEGIN
         WHERE l.slot_id = p_lease_id >> 32 AND l.lease_id = p_lease_id;
     ELSE
         UPDATE fanout.lease l
-        SET settled = l.settled || v_ids, open_count = l.open_count - v_n,
+        SET settled = CASE WHEN l.open_count = v_n AND l.reclaimed = '{}' THEN '{}' ELSE l.settled || v_ids END,
+            open_count = l.open_count - v_n,
             closed_at = CASE WHEN l.open_count = v_n THEN p_now END
         WHERE l.slot_id = p_lease_id >> 32 AND l.lease_id = p_lease_id;
     END IF;
