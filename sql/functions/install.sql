@@ -86,7 +86,6 @@
 {{ template "fanout._touch_member.sql" . }}
 {{ template "fanout._transition.sql" . }}
 {{ template "fanout._vxids_block.sql" . }}
-{{ template "fanout._window_page.sql" . }}
 {{ template "fanout._window_page_priority.sql" . }}
 {{ template "fanout._window_scan.sql" . }}
 -- Maintenance: what pgq-scheduler or pg_cron runs (fanout.maint_operations).

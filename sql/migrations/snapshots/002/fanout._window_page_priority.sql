@@ -1,5 +1,5 @@
 -- fanout._window_page_priority(p_group_id, p_topic_id, p_table, p_limit,
--- p_max_bytes): fanout._window_page for prioritized topics (a message was
+-- p_max_bytes): fanout._window_scan for prioritized topics (a message was
 -- published with priority > 0): the same snapshot windows, but each window is
 -- read by priority level, 9 down to 0, and each level in (txid, id) order.
 -- A window's set of messages is fixed when it opens, so any total order of

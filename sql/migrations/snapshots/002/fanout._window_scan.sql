@@ -4,7 +4,7 @@
 -- commit-safe order, and of at most p_max_bytes bytes (NULL: no limit; sizes
 -- as fanout._create_page_functions measures them) except that the first
 -- message of a page always comes. The position is passed in and returned
--- (o_changed): a group's (fanout._window_page) or one key partition's
+-- (o_changed): a group's (fanout.read) or one key partition's
 -- (p_kpart, fanout._kpart_read); the caller holds the row it came from.
 --
 -- A position is a snapshot window (lo, hi) and a cursor (cur_txid, cur_id).

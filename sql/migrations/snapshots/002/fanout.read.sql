@@ -4,7 +4,7 @@
 --   1. un-acked messages of the group's expired leases (their attempt grows;
 --      the old lease can no longer ack them: fencing),
 --   2. nacked messages whose retry time has come,
---   3. the next page of the group's stream (fanout._window_page, or
+--   3. the next page of the group's stream (fanout._window_scan, or
 --      fanout._window_page_priority once the topic has priorities; on a
 --      sequence-ordered topic filtered by fanout._sequence_gate), which
 --      also stops before max_bytes (payload + headers + message_group of
@@ -219,8 +219,10 @@ BEGIN
             SELECT * INTO v_w FROM fanout._window_page_priority(v_g.group_id, v_t.topic_id, v_t.data_table,
                                                                 v_left, p_max_bytes);
         ELSE
-            SELECT * INTO v_w FROM fanout._window_page(v_g.group_id, v_t.topic_id, v_t.data_table, v_left,
-                                                       p_max_bytes);
+            -- The group's position as locked above (fanout._lock_group).
+            SELECT * INTO v_w FROM fanout._window_scan(v_g.group_id, v_t.topic_id, v_t.data_table, NULL, false,
+                                                       v_left, p_max_bytes, v_g.win_lo, v_g.win_hi, v_g.cur_txid,
+                                                       v_g.cur_id, v_g.effective_start_id, v_g.bit_no);
         END IF;
         IF v_w.o_changed THEN
             v_moved := true;
