@@ -59,7 +59,7 @@ func (drainScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 	for _, consumers := range []int{1, 4} {
 		// Best of `rounds` fresh backlogs for all sides: on a shared
 		// machine the least disturbed run is the most telling.
-		var got, base, skip, skipTx, pubRate float64
+		var got, base, skip, skipTx, pubRate, gotParts float64
 		var st client.Stats
 		for r := 0; r < rounds; r++ {
 			topic := fmt.Sprintf("drain.c%d.r%d", consumers, r)
@@ -109,6 +109,25 @@ func (drainScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 					return nil, err
 				}
 			}
+			if consumers > 1 {
+				// The same backlog on a queue topic with key partitions: one
+				// cursor per partition instead of one for the queue, so the
+				// consumers do not take turns on one group row (report only).
+				pt := topic + ".p"
+				if _, err := fillTopic(ctx, db, pt, ", partitions => 8", n); err != nil {
+					return nil, err
+				}
+				plo, phi, err := idRange(ctx, db, pt)
+				if err != nil {
+					return nil, err
+				}
+				gp, _, err := drainGroups(ctx, db, pt, []string{""}, plo, phi, consumers, 100)
+				if err != nil {
+					return nil, err
+				}
+				gotParts = max(gotParts, gp)
+				env.Logf("drain %d consumer(s), round %d, partitions => 8: pgq %.0f msg/s", consumers, r+1, gp)
+			}
 			env.Logf("drain %d consumer(s), round %d: pgq %.0f msg/s (%d reads, %d empty); best so far: plain walk %.0f msg/s, "+
 				"SKIP LOCKED queue %.0f msg/s (lock then DELETE %.0f msg/s)", consumers, r+1, g, s.Reads, s.EmptyReads, base, skip, skipTx)
 			if g > got {
@@ -130,6 +149,14 @@ func (drainScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 			"msg/s", got, skipTx, "SKIP LOCKED queue, lock then DELETE", 0)
 		tx.Details, tx.Note = details, note
 		out = append(out, r, q, tx)
+		if consumers > 1 {
+			p := throughputRow("drain", fmt.Sprintf("drain %s msgs, read+ack/100, %d consumer(s), partitions => 8, vs SKIP LOCKED",
+				fmtNum(float64(n)), consumers), "msg/s", gotParts, skip, "SKIP LOCKED queue", 0)
+			p.Details = map[string]any{"messages": n, "rounds": rounds, "partitions": 8}
+			p.Note = note + "; report only: the same queue created with partitions => 8 (one cursor per key partition, " +
+				"each consumer owning some: consumers of an unpartitioned queue take turns on its one position)"
+			out = append(out, p)
+		}
 	}
 	return out, nil
 }
@@ -458,4 +485,22 @@ func topicOrGroup(topic, group string) string {
 		return group
 	}
 	return topic
+}
+
+// idRange returns the id range (lo, hi] of topic's messages, after a VACUUM
+// ANALYZE of its message table (as copyToPlain does for its copies).
+func idRange(ctx context.Context, db *DB, topic string) (int64, int64, error) {
+	var table string
+	if err := db.Pool.QueryRow(ctx, `SELECT data_table FROM fanout.topic WHERE topic = $1`, topic).Scan(&table); err != nil {
+		return 0, 0, fmt.Errorf("data table of %s: %w", topic, err)
+	}
+	src := pgx.Identifier{"fanout_data", table}.Sanitize()
+	if _, err := db.Pool.Exec(ctx, `VACUUM ANALYZE `+src); err != nil {
+		return 0, 0, fmt.Errorf("vacuum %s: %w", src, err)
+	}
+	var lo, hi int64
+	if err := db.Pool.QueryRow(ctx, `SELECT min(id) - 1, max(id) FROM `+src).Scan(&lo, &hi); err != nil {
+		return 0, 0, err
+	}
+	return lo, hi, nil
 }
