@@ -257,20 +257,8 @@ BEGIN
             lease_id = v_lease_id, delivered = k.delivered + cardinality(v_ids), last_read_at = p_now
         WHERE k.group_id = v_k.group_id AND k.kpart = v_k.kpart;
 
-        IF v_nw > 0 THEN
-            RETURN QUERY EXECUTE format(
-                'SELECT $1::bigint, m.id, m.payload, m.headers, m.message_group, m.published_at, u.att
-                 FROM unnest($2::bigint[], $3::xid8[], $4::int[]) WITH ORDINALITY AS u(id, tx, att, ord)
-                 CROSS JOIN LATERAL (SELECT * FROM fanout_data.%I x WHERE x.txid = u.tx AND x.id = u.id OFFSET 0) m
-                 ORDER BY u.ord', p_t.data_table)
-                USING v_lease_id, v_ids, v_txids, v_att;
-        ELSE
-            RETURN QUERY
-            SELECT v_lease_id, u.id, u.p, u.h, u.g, u.pa, 1
-            FROM unnest(v_w.o_ids, v_w.o_payloads, v_w.o_headers, v_w.o_groups, v_w.o_published)
-                 WITH ORDINALITY AS u(id, p, h, g, pa, ord)
-            ORDER BY u.ord;
-        END IF;
+        RETURN QUERY EXECUTE format('SELECT * FROM fanout_data.%I($1, $2, $3, $4)', p_t.data_table || '_rows')
+            USING v_lease_id, v_ids, v_txids, v_att;
         RETURN;  -- one page of one partition per read
     END LOOP;
 END

@@ -63,6 +63,7 @@ BEGIN
                    v_t.data_table || '_page_prio');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(int, xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint)',
                    v_t.data_table || '_kpage');
+    EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(bigint, bigint[], xid8[], int[])', v_t.data_table || '_rows');
     -- No foreign keys on these two (their checks cost every publish), nor on
     -- leases (below).
     DELETE FROM fanout.dedupe d WHERE d.topic_id = v_t.topic_id;

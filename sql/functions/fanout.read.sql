@@ -75,7 +75,6 @@ DECLARE
     v_w         record;
     v_moved     boolean := false;
     v_hint      text;
-    v_nw        int;
     r           record;
     v_take      record;
     v_dead_ids  bigint[];
@@ -211,7 +210,6 @@ BEGIN
     END IF;
 
     -- 3. The group's stream.
-    v_nw := cardinality(v_ids);
     IF v_left > 0 THEN
         -- The byte budget is the stream page's (redeliveries above are
         -- bounded by count); its first message always comes.
@@ -232,9 +230,7 @@ BEGIN
             v_g.cur_id := v_w.o_cur_id;
         END IF;
         IF v_t.sequence_ordering AND cardinality(v_w.o_ids) > 0 THEN
-            SELECT * INTO v_w FROM fanout._sequence_gate(v_g.group_id, v_t.data_table, v_w.o_ids, v_w.o_txids,
-                                                         v_w.o_payloads, v_w.o_headers, v_w.o_groups,
-                                                         v_w.o_published);
+            SELECT * INTO v_w FROM fanout._sequence_gate(v_g.group_id, v_t.data_table, v_w.o_ids, v_w.o_txids);
         END IF;
         IF cardinality(v_w.o_ids) > 0 THEN
             v_ids := v_ids || v_w.o_ids;
@@ -262,23 +258,9 @@ BEGIN
     END IF;
     v_lease_id := fanout._lease_open(v_g.group_id, p_consumer, v_now, v_now + p_lease, v_ids, v_txids, v_att);
 
-    -- Taken-over and retried messages: one index look-up each (OFFSET 0 keeps
-    -- the planner from hashing the whole table). The stream's page came back
-    -- with its messages.
-    IF v_nw > 0 THEN
-        RETURN QUERY EXECUTE format(
-            'SELECT $1::bigint, m.id, m.payload, m.headers, m.message_group, m.published_at, u.att
-             FROM unnest($2::bigint[], $3::xid8[], $4::int[]) WITH ORDINALITY AS u(id, tx, att, ord)
-             CROSS JOIN LATERAL (SELECT * FROM fanout_data.%I x WHERE x.txid = u.tx AND x.id = u.id OFFSET 0) m
-             ORDER BY u.ord', v_t.data_table)
-            USING v_lease_id, v_ids[1:v_nw], v_txids[1:v_nw], v_att[1:v_nw];
-    END IF;
-    IF cardinality(v_ids) > v_nw THEN
-        -- unnest of several arrays yields their elements in order: no sort.
-        RETURN QUERY
-        SELECT v_lease_id, u.id, u.p, u.h, u.g, u.pa, 1
-        FROM unnest(v_w.o_ids, v_w.o_payloads, v_w.o_headers, v_w.o_groups, v_w.o_published)
-             AS u(id, p, h, g, pa);
-    END IF;
+    -- The page's rows, taken-over and retried messages first: one index
+    -- look-up each, by the topic's m<id>_rows (a plan cached per session).
+    RETURN QUERY EXECUTE format('SELECT * FROM fanout_data.%I($1, $2, $3, $4)', v_t.data_table || '_rows')
+        USING v_lease_id, v_ids, v_txids, v_att;
 END
 $fn$;

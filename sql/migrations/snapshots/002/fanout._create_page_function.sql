@@ -2,7 +2,9 @@
 -- p_phase2): (re)creates one page function fanout_data.<p_name>(<p_params>
 -- p_running, p_to, p_skip, p_cur_txid, p_cur_id, p_min_id, p_limit, p_mask)
 -- running p_phase1 when p_running is not NULL, else p_phase2 (each a SELECT
--- ... INTO its OUT arrays), with the settings every page scan needs, and
+-- ... INTO its OUT arrays: the page's ids, txids, deliver_at and sizes; the
+-- rows themselves are fetched once the page is settled, by m<id>_rows), with
+-- the settings every page scan needs, and
 -- revokes it from PUBLIC. p_argtypes lists the argument types (for REVOKE).
 -- Called by fanout._create_page_functions only. Creates a function.
 CREATE OR REPLACE FUNCTION fanout._create_page_function(
@@ -12,12 +14,15 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 BEGIN
+    -- Dropped first: a new version may return other columns.
+    IF to_regprocedure(format('fanout_data.%I(%s)', p_name, p_argtypes)) IS NOT NULL THEN
+        EXECUTE format('DROP FUNCTION fanout_data.%I(%s)', p_name, p_argtypes);
+    END IF;
     EXECUTE format($ddl$
         CREATE OR REPLACE FUNCTION fanout_data.%1$I(%2$s
             p_running xid8[], p_to xid8, p_skip xid8[], p_cur_txid xid8, p_cur_id bigint, p_min_id bigint,
             p_limit int, p_mask bigint,
-            OUT o_ids bigint[], OUT o_txids xid8[], OUT o_payloads jsonb[], OUT o_headers jsonb[],
-            OUT o_groups text[], OUT o_published timestamptz[], OUT o_deliver timestamptz[],
+            OUT o_ids bigint[], OUT o_txids xid8[], OUT o_deliver timestamptz[],
             OUT o_sizes int[], OUT o_bytes bigint)
         LANGUAGE plpgsql
         SET search_path = pg_catalog, fanout, pg_temp

@@ -2,9 +2,17 @@
 -- functions in fanout_data, named from its message table:
 -- m<id>_page(p_running, p_to, p_skip, p_cur_txid, p_cur_id, p_min_id,
 -- p_limit, p_mask) returns one page of the group's stream as parallel arrays
--- in (txid, id) order (ids, txids, payloads, headers, message_groups,
--- published_at, deliver_at, each row's size) and the page's bytes
--- (fanout._window_scan keeps the prefix that fits its byte budget). A row's
+-- in (txid, id) order (ids, txids, deliver_at, each row's size) and the
+-- page's bytes (fanout._window_scan keeps the prefix that fits its byte
+-- budget). Not the rows themselves: a page is settled first (byte budget,
+-- delayed messages, sequence gate, lease) and its rows are then returned by
+-- m<id>_rows(p_lease, p_ids, p_txids, p_atts), one index look-up each, in
+-- the order of the arrays (lease_id, message_id, payload, headers,
+-- message_group, published_at, attempt: the rows of fanout.read). Carrying
+-- payloads through arrays cost more than looking them up again: for a page
+-- of 1,000 the page query with payload arrays took 3.4 ms and returning
+-- the rows from the arrays 2.9 ms, against 0.35 ms and 1.8 ms (look-ups).
+-- A row's
 -- size is that of its payload, headers and message_group as stored
 -- uncompressed (pg_column_size when not compressed, else the length of the
 -- JSON text), so small rows cost no detoasting.
@@ -50,11 +58,9 @@ BEGIN
     -- %1$s: the rows (a FROM item named m), %2$s: their predicate, %3$s:
     -- the index order. The aggregates read the ordered page as it comes
     -- (one pass, arrays in (txid, id) order, parallel).
-    v_sel := 'SELECT array_agg(s.id), array_agg(s.txid), array_agg(s.payload), array_agg(s.headers),
-                     array_agg(s.message_group), array_agg(s.published_at), array_agg(s.deliver_at),
-                     array_agg(s.sz), sum(s.sz)
-              INTO o_ids, o_txids, o_payloads, o_headers, o_groups, o_published, o_deliver, o_sizes, o_bytes
-              FROM (SELECT m.txid, m.id, m.payload, m.headers, m.message_group, m.published_at, m.deliver_at,
+    v_sel := 'SELECT array_agg(s.id), array_agg(s.txid), array_agg(s.deliver_at), array_agg(s.sz), sum(s.sz)
+              INTO o_ids, o_txids, o_deliver, o_sizes, o_bytes
+              FROM (SELECT m.txid, m.id, m.deliver_at,
                            CASE WHEN pg_column_compression(m.payload) IS NULL THEN pg_column_size(m.payload)
                                 ELSE octet_length(m.payload::text) END
                            + CASE WHEN pg_column_compression(m.headers) IS NULL THEN pg_column_size(m.headers)
@@ -78,6 +84,29 @@ BEGIN
                format(v_sel, v_from || ' m',
                       'm.txid >= p_cur_txid AND m.txid < p_to AND m.txid <> ALL (p_skip) AND m.priority = p_level',
                       'm.txid, m.id')));
+    -- The rows of a settled page, in the order of its arrays.
+    EXECUTE format($ddl$
+        CREATE OR REPLACE FUNCTION fanout_data.%1$I(p_lease bigint, p_ids bigint[], p_txids xid8[], p_atts int[])
+        RETURNS TABLE(lease_id bigint, message_id bigint, payload jsonb, headers jsonb, message_group text,
+                      published_at timestamptz, attempt int)
+        LANGUAGE plpgsql
+        SET search_path = pg_catalog, fanout, pg_temp
+        SET enable_seqscan = off
+        SET enable_bitmapscan = off
+        SET jit = off
+        SET plan_cache_mode = force_generic_plan
+        AS $body$
+        BEGIN
+            RETURN QUERY
+            SELECT p_lease, m.id, m.payload, m.headers, m.message_group, m.published_at, u.att
+            FROM unnest(p_ids, p_txids, p_atts) WITH ORDINALITY AS u(id, tx, att, ord)
+            CROSS JOIN LATERAL (SELECT x.id, x.payload, x.headers, x.message_group, x.published_at
+                                FROM %2$s x WHERE x.txid = u.tx AND x.id = u.id) m
+            ORDER BY u.ord;
+        END
+        $body$$ddl$, v_table || '_rows', v_from);
+    EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(bigint, bigint[], xid8[], int[]) FROM PUBLIC',
+                   v_table || '_rows');
     IF v_parts IS NOT NULL THEN
         PERFORM fanout._create_page_function(v_table || '_kpage', 'p_kpart int, ', 'int, ' || v_args,
             format(v_sel,

@@ -12,22 +12,21 @@
 -- in commit order), so fanout._group_unread, cleanup and message_status
 -- count the window as unread until it is used up: conservative, never
 -- losing. When the window is used up, the cursor moves to its end
--- (xmax(hi), 0) and the next window opens as in fanout._window_page.
+-- (xmax(hi), 0) and the next window opens as in fanout._window_scan.
 -- Starvation bound: messages committed after a window opened go to a later
 -- window, so a message is overtaken only by higher-priority messages of its
 -- own window (at most what was committed before its window opened).
 -- Everything else (start cut-off, partition floor, reference-mode filter and
 -- stamp reconciliation, byte budget with fanout._page_fit, deferral of
--- delayed messages) is that of fanout._window_page. The scans are the
+-- delayed messages) is that of fanout._window_scan. The scans are the
 -- topic's generated m<id>_page_prio (fanout._create_page_functions), planned
 -- once per session. Writes the group's prio_* columns itself; returns
--- the rest like fanout._window_page.
+-- the rest like fanout._window_scan.
 -- Reads fanout.consumer_group, fanout.partition, fanout.stamp_pending and the
 -- topic's message table; writes fanout.consumer_group (prio_*), fanout.retry.
 CREATE OR REPLACE FUNCTION fanout._window_page_priority(
     p_group_id bigint, p_topic_id bigint, p_table text, p_limit int, p_max_bytes bigint,
     OUT o_ids bigint[], OUT o_txids xid8[],
-    OUT o_payloads jsonb[], OUT o_headers jsonb[], OUT o_groups text[], OUT o_published timestamptz[],
     OUT o_lo pg_snapshot, OUT o_hi pg_snapshot, OUT o_cur_txid xid8, OUT o_cur_id bigint,
     OUT o_changed boolean)
 LANGUAGE plpgsql
@@ -51,10 +50,6 @@ DECLARE
     v_hi_xip  xid8[];
     v_ids     bigint[];
     v_txids   xid8[];
-    v_pl      jsonb[];
-    v_hd      jsonb[];
-    v_gr      text[];
-    v_pa      timestamptz[];
     v_da      timestamptz[];
     v_deliver timestamptz[] := '{}';
     v_now     timestamptz := clock_timestamp();
@@ -100,10 +95,6 @@ BEGIN
     END IF;
     o_ids := '{}';
     o_txids := '{}';
-    o_payloads := '{}';
-    o_headers := '{}';
-    o_groups := '{}';
-    o_published := '{}';
     o_changed := false;
     <<pages>>
     LOOP
@@ -131,25 +122,20 @@ BEGIN
                         v_running := NULL;
                         v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_ptx));
                     END IF;
-                    EXECUTE v_page INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
+                    EXECUTE v_page INTO v_ids, v_txids, v_da, v_sz, v_used
                         USING v_lvl, v_running, pg_snapshot_xmax(o_hi), v_hi_xip, v_ptx, v_pid, v_min_id, v_left, v_mask;
                     v_got := coalesce(cardinality(v_ids), 0);
                     v_cut := false;
                     IF v_used > v_bytes THEN
                         v_got := fanout._page_fit(v_sz, v_bytes, cardinality(o_ids) = 0);
                         v_cut := v_got < cardinality(v_ids);
-                        v_ids := v_ids[1:v_got]; v_txids := v_txids[1:v_got]; v_pl := v_pl[1:v_got];
-                        v_hd := v_hd[1:v_got]; v_gr := v_gr[1:v_got]; v_pa := v_pa[1:v_got]; v_da := v_da[1:v_got];
+                        v_ids := v_ids[1:v_got]; v_txids := v_txids[1:v_got]; v_da := v_da[1:v_got];
                         v_used := (SELECT sum(x) FROM unnest(v_sz[1:v_got]) AS x);
                     END IF;
                     v_bytes := v_bytes - coalesce(v_used, 0);
                     IF v_got > 0 THEN
                         o_ids := o_ids || v_ids;
                         o_txids := o_txids || v_txids;
-                        o_payloads := o_payloads || v_pl;
-                        o_headers := o_headers || v_hd;
-                        o_groups := o_groups || v_gr;
-                        o_published := o_published || v_pa;
                         v_deliver := v_deliver || v_da;
                         v_ptx := v_txids[v_got];
                         v_pid := v_ids[v_got];
@@ -195,22 +181,19 @@ BEGIN
             v_pid := o_cur_id;
         END LOOP;
 
-        -- Delayed messages not due yet wait in the retry table (as in fanout._window_page).
+        -- Delayed messages not due yet wait in the retry table (as in fanout._window_scan).
         IF EXISTS (SELECT 1 FROM unnest(v_deliver) AS d WHERE d > v_now) THEN
             INSERT INTO fanout.retry (group_id, message_id, txid, attempt, not_before)
             SELECT p_group_id, u.id, u.tx, 0, u.d
             FROM unnest(o_ids, o_txids, v_deliver) AS u(id, tx, d)
             WHERE u.d > v_now
             ON CONFLICT DO NOTHING;
-            SELECT coalesce(array_agg(u.id ORDER BY u.ord), '{}'), coalesce(array_agg(u.tx ORDER BY u.ord), '{}'),
-                   coalesce(array_agg(u.p ORDER BY u.ord), '{}'), coalesce(array_agg(u.h ORDER BY u.ord), '{}'),
-                   coalesce(array_agg(u.g ORDER BY u.ord), '{}'), coalesce(array_agg(u.pa ORDER BY u.ord), '{}')
-            INTO o_ids, o_txids, o_payloads, o_headers, o_groups, o_published
-            FROM unnest(o_ids, o_txids, o_payloads, o_headers, o_groups, o_published, v_deliver)
-                 WITH ORDINALITY AS u(id, tx, p, h, g, pa, d, ord)
+            SELECT coalesce(array_agg(u.id ORDER BY u.ord), '{}'), coalesce(array_agg(u.tx ORDER BY u.ord), '{}')
+            INTO o_ids, o_txids
+            FROM unnest(o_ids, o_txids, v_deliver) WITH ORDINALITY AS u(id, tx, d, ord)
             WHERE u.d IS NULL OR u.d <= v_now;
             -- A full page of delayed messages only: read on from the cursor
-            -- (as in fanout._window_page).
+            -- (as in fanout._window_scan).
             IF cardinality(o_ids) = 0 AND v_full AND v_pages < 9 THEN
                 v_pages := v_pages + 1;
                 v_left := p_limit;

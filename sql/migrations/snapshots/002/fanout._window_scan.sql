@@ -40,8 +40,8 @@
 -- nothing but such messages is followed by the next one (up to 10 pages a
 -- call), so a run of delayed messages does not make a read come back empty
 -- while undelayed ones follow it.
--- The page comes back with its messages (payload, headers, message_group,
--- published_at as arrays parallel to o_ids).
+-- The page comes back as its ids and txids; the caller returns its rows
+-- once the page is settled (m<id>_rows).
 -- Reads fanout.partition and the topic's message table; writes fanout.retry
 -- (delayed messages), fanout.event_log (split transactions) and, through
 -- fanout._reconcile_stamps, reference-mode stamps.
@@ -50,7 +50,6 @@ CREATE OR REPLACE FUNCTION fanout._window_scan(
     p_limit int, p_max_bytes bigint,
     p_lo pg_snapshot, p_hi pg_snapshot, p_cur_txid xid8, p_cur_id bigint, p_start bigint, p_bit int,
     OUT o_ids bigint[], OUT o_txids xid8[],
-    OUT o_payloads jsonb[], OUT o_headers jsonb[], OUT o_groups text[], OUT o_published timestamptz[],
     OUT o_lo pg_snapshot, OUT o_hi pg_snapshot, OUT o_cur_txid xid8, OUT o_cur_id bigint,
     OUT o_changed boolean)
 LANGUAGE plpgsql
@@ -65,10 +64,6 @@ DECLARE
     v_hi_xip  xid8[];
     v_ids     bigint[];
     v_txids   xid8[];
-    v_pl      jsonb[];
-    v_hd      jsonb[];
-    v_gr      text[];
-    v_pa      timestamptz[];
     v_da      timestamptz[];
     v_deliver timestamptz[] := '{}';
     v_now     timestamptz := clock_timestamp();
@@ -105,10 +100,6 @@ BEGIN
     END IF;
     o_ids := '{}';
     o_txids := '{}';
-    o_payloads := '{}';
-    o_headers := '{}';
-    o_groups := '{}';
-    o_published := '{}';
     o_changed := false;
     <<pages>>
     LOOP
@@ -124,7 +115,7 @@ BEGIN
                                   WHERE x >= o_cur_txid AND pg_visible_in_snapshot(x, o_hi) ORDER BY x);
                 IF cardinality(v_lo_xip) > 0 THEN
                     v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_lo_xip[1]));
-                    EXECUTE v_page INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
+                    EXECUTE v_page INTO v_ids, v_txids, v_da, v_sz, v_used
                         USING p_kpart, v_lo_xip, NULL::xid8, NULL::xid8[], o_cur_txid, o_cur_id, v_min_id,
                               v_left, v_mask;
                 END IF;
@@ -132,7 +123,7 @@ BEGIN
                 CONTINUE WHEN o_cur_txid >= pg_snapshot_xmax(o_hi);
                 v_hi_xip := ARRAY(SELECT pg_snapshot_xip(o_hi));
                 v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, o_cur_txid));
-                EXECUTE v_page INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
+                EXECUTE v_page INTO v_ids, v_txids, v_da, v_sz, v_used
                     USING p_kpart, NULL::xid8[], pg_snapshot_xmax(o_hi), v_hi_xip, o_cur_txid, o_cur_id, v_min_id,
                           v_left, v_mask;
             END IF;
@@ -142,18 +133,13 @@ BEGIN
                 IF v_used > v_bytes THEN
                     v_got := fanout._page_fit(v_sz, v_bytes, cardinality(o_ids) = 0);
                     v_cut := v_got < cardinality(v_ids);
-                    v_ids := v_ids[1:v_got]; v_txids := v_txids[1:v_got]; v_pl := v_pl[1:v_got];
-                    v_hd := v_hd[1:v_got]; v_gr := v_gr[1:v_got]; v_pa := v_pa[1:v_got]; v_da := v_da[1:v_got];
+                    v_ids := v_ids[1:v_got]; v_txids := v_txids[1:v_got]; v_da := v_da[1:v_got];
                     v_used := (SELECT sum(x) FROM unnest(v_sz[1:v_got]) AS x);
                 END IF;
                 v_bytes := v_bytes - coalesce(v_used, 0);
                 IF v_got > 0 THEN
                     o_ids := o_ids || v_ids;
                     o_txids := o_txids || v_txids;
-                    o_payloads := o_payloads || v_pl;
-                    o_headers := o_headers || v_hd;
-                    o_groups := o_groups || v_gr;
-                    o_published := o_published || v_pa;
                     v_deliver := v_deliver || v_da;
                     o_cur_txid := v_txids[v_got];
                     o_cur_id := v_ids[v_got];
@@ -185,7 +171,7 @@ BEGIN
     -- whole_transactions: finish the producer transaction the page ended in
     -- (phase 1's scan of that one txid from the cursor).
     IF p_whole AND p_kpart IS NOT NULL AND (v_left = 0 OR v_cut) AND cardinality(o_ids) > 0 THEN
-        EXECUTE v_page INTO v_ids, v_txids, v_pl, v_hd, v_gr, v_pa, v_da, v_sz, v_used
+        EXECUTE v_page INTO v_ids, v_txids, v_da, v_sz, v_used
             USING p_kpart, ARRAY[o_cur_txid], NULL::xid8, NULL::xid8[], o_cur_txid, o_cur_id, o_cur_id,
                   greatest(c_cap - cardinality(o_ids), 0) + 1, v_mask;
         v_got := coalesce(cardinality(v_ids), 0);
@@ -194,10 +180,6 @@ BEGIN
             IF v_more > 0 THEN
                 o_ids := o_ids || v_ids[1:v_more];
                 o_txids := o_txids || v_txids[1:v_more];
-                o_payloads := o_payloads || v_pl[1:v_more];
-                o_headers := o_headers || v_hd[1:v_more];
-                o_groups := o_groups || v_gr[1:v_more];
-                o_published := o_published || v_pa[1:v_more];
                 v_deliver := v_deliver || v_da[1:v_more];
                 o_cur_txid := v_txids[v_more];
                 o_cur_id := v_ids[v_more];
@@ -222,12 +204,9 @@ BEGIN
         FROM unnest(o_ids, o_txids, v_deliver) AS u(id, tx, d)
         WHERE u.d > v_now
         ON CONFLICT DO NOTHING;
-        SELECT coalesce(array_agg(u.id ORDER BY u.ord), '{}'), coalesce(array_agg(u.tx ORDER BY u.ord), '{}'),
-               coalesce(array_agg(u.p ORDER BY u.ord), '{}'), coalesce(array_agg(u.h ORDER BY u.ord), '{}'),
-               coalesce(array_agg(u.g ORDER BY u.ord), '{}'), coalesce(array_agg(u.pa ORDER BY u.ord), '{}')
-        INTO o_ids, o_txids, o_payloads, o_headers, o_groups, o_published
-        FROM unnest(o_ids, o_txids, o_payloads, o_headers, o_groups, o_published, v_deliver)
-             WITH ORDINALITY AS u(id, tx, p, h, g, pa, d, ord)
+        SELECT coalesce(array_agg(u.id ORDER BY u.ord), '{}'), coalesce(array_agg(u.tx ORDER BY u.ord), '{}')
+        INTO o_ids, o_txids
+        FROM unnest(o_ids, o_txids, v_deliver) WITH ORDINALITY AS u(id, tx, d, ord)
         WHERE u.d IS NULL OR u.d <= v_now;
         -- A full page of delayed messages only: read on from the cursor.
         IF cardinality(o_ids) = 0 AND (v_left = 0 OR v_cut) AND v_pages < 9 THEN
