@@ -226,3 +226,38 @@ func TestReadAckKeepsLeaseSlotSmall(t *testing.T) {
 	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fanout.check_consistency()`).Scan(&problems))
 	require.Zero(t, problems)
 }
+
+// drop_topic leaves nothing of the topic in fanout_data: its message
+// tables, sequence and every generated function (insert, page, rows,
+// completion), for each kind of topic.
+func TestDropTopicLeavesNoGeneratedObjects(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, c := range []struct{ topic, opts string }{
+		{"dq", ""},
+		{"dp", "semantics => 'pubsub'"},
+		{"dr", "semantics => 'pubsub', completion => 'reference'"},
+		{"dk", "semantics => 'pubsub', partitions => 4"},
+	} {
+		if c.opts == "" {
+			b.createTopic(t, b.Pool, c.topic)
+		} else {
+			b.createTopic(t, b.Pool, c.topic, c.opts)
+		}
+		var table string
+		require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT data_table FROM fanout.topic WHERE topic = $1`,
+			c.topic).Scan(&table))
+		objects := func() int64 {
+			return b.count(t, `SELECT (SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+			                           WHERE n.nspname = 'fanout_data' AND p.proname LIKE $1 || '\_%')
+			                        + (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			                           WHERE n.nspname = 'fanout_data' AND (c.relname = $1 OR c.relname LIKE $1 || '\_%'))`,
+				table)
+		}
+		require.Positive(t, objects(), "%s: created", c.topic)
+		var dropped bool
+		require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT fanout.drop_topic($1, force => true)`, c.topic).Scan(&dropped))
+		require.True(t, dropped)
+		require.Zero(t, objects(), "%s: nothing left in fanout_data", c.topic)
+	}
+}
