@@ -12,8 +12,7 @@
 -- payloads through arrays cost more than looking them up again: for a page
 -- of 1,000 the page query with payload arrays took 3.4 ms and returning
 -- the rows from the arrays 2.9 ms, against 0.35 ms and 1.8 ms (look-ups).
--- A row's
--- size is that of its payload, headers and message_group as stored
+-- A row's size is that of its payload, headers and message_group as stored
 -- uncompressed (pg_column_size when not compressed, else the length of the
 -- JSON text), so small rows cost no detoasting.
 --   * p_running NOT NULL (phase 1): rows whose txid is in p_running, after
