@@ -297,6 +297,8 @@ func TestInboxBadInput(t *testing.T) {
 		{`SELECT fanout.publish('in.bad', '{}', delay => '-1 second')`, "PGQ03"},
 		{`SELECT fanout.publish('in.bad', '{}', delay => '400 days')`, "PGQ03"},
 		{`SELECT fanout.publish_batch('in.bad', ARRAY['{}']::jsonb[], dedupe_keys => ARRAY['a', 'b'])`, "PGQ03"},
+		{`SELECT fanout.publish_batch('in.bad', ARRAY['{}', '{}']::jsonb[], dedupe_keys => ARRAY['a', ''])`, "PGQ03"},
+		{`SELECT fanout.publish_batch('in.bad', ARRAY['{}', '{}']::jsonb[], dedupe_keys => ARRAY[repeat('k', 513), 'b'])`, "PGQ03"},
 		{`SELECT fanout.create_topic('in.bad2', dedupe_window => '31 days')`, "PGQ03"},
 		{`SELECT fanout.alter_topic('in.bad', dedupe_window => '-1 second')`, "PGQ03"},
 	} {

@@ -58,7 +58,6 @@
 {{ template "fanout._page_fit.sql" . }}
 {{ template "fanout._partition_droppable.sql" . }}
 {{ template "fanout._partition_floor.sql" . }}
-{{ template "fanout._publish_batch_set.sql" . }}
 {{ template "fanout._publish_one.sql" . }}
 {{ template "fanout._reconcile_stamps.sql" . }}
 {{ template "fanout._release_holds.sql" . }}

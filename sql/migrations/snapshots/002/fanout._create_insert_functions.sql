@@ -1,4 +1,4 @@
--- fanout._create_insert_functions(p_topic_id): (re)creates the topic's two
+-- fanout._create_insert_functions(p_topic_id): (re)creates the topic's
 -- insert functions in fanout_data, named from its message table:
 -- m<id>_insert(payload, headers, message_group) RETURNS bigint and
 -- m<id>_insert_batch(payloads[], headers[], message_groups[]) RETURNS SETOF
@@ -8,17 +8,17 @@
 -- sequence (id NULL = the next one), and
 -- m<id>_insert_keyed(payloads[], headers[], message_groups[], dedupe_keys[],
 -- deliver_at, priority, dedupe_window) RETURNS bigint[] for
--- fanout._publish_batch_set: it takes the ids (in input order), claims the
--- batch's distinct keys in fanout.dedupe (in key order; only keys and ids
--- go through the claim, never the payloads): first as a plain INSERT in a
--- subtransaction (at most 8 per transaction), and with INSERT ... ON
--- CONFLICT when that meets an existing key or the 8 are used up; then it
--- inserts the messages whose own id was claimed or that have no key,
--- straight from the arrays. Each element's id comes back in input order, or
--- NULL when its key was not claimed by that element (published before, by
--- a concurrent transaction, or by an earlier element of the batch: the
--- caller looks those up in a new statement, which sees them). Without keys
--- it is a plain insert with a delivery time and priority.
+-- fanout.publish_batch with dedupe keys, a delivery time or a priority: it
+-- checks the keys (PGQ03: empty or over 512 characters), takes the ids (in
+-- input order) and, when every key is new, claims them in fanout.dedupe and
+-- inserts the messages in one statement, in a subtransaction (at most 8 per
+-- transaction); when a key exists or repeats in the batch, or the 8 are used
+-- up, it claims each distinct key with INSERT ... ON CONFLICT (in key order),
+-- inserts the messages whose own id was claimed or that have no key, and
+-- gives each other element the id its key has (published before, by a
+-- concurrent transaction the claim waited for, or by an earlier element of
+-- the batch). Returns the ids in input order. Without keys it is a plain
+-- insert with a delivery time and priority.
 -- Their INSERTs are static SQL,
 -- so each session plans them once: planning an INSERT into a partitioned
 -- table on every publish (dynamic SQL) cost more than the insert itself.
@@ -106,8 +106,8 @@ BEGIN
             v_ids     bigint[];
             v_claimed bigint[];
             v_keyed   bigint;
+            v_bad     bigint;
             v_used    int;
-            v_fast    boolean := false;
         BEGIN
             IF p_keys IS NULL THEN
                 WITH ins AS (
@@ -119,58 +119,65 @@ BEGIN
                 SELECT array_agg(ins.id ORDER BY ins.id) INTO v_ids FROM ins;
                 RETURN v_ids;
             END IF;
-            -- The ids, in input order (only keys and ids go through the
-            -- claim, never the payloads).
-            SELECT array_agg(nextval(%3$L::regclass) ORDER BY u.ord), count(u.k) INTO v_ids, v_keyed
+            -- The ids, in input order, and the first bad key, in one pass.
+            SELECT array_agg(nextval(%3$L::regclass) ORDER BY u.ord), count(u.k),
+                   min(u.ord) FILTER (WHERE u.k = '' OR length(u.k) > 512)
+            INTO v_ids, v_keyed, v_bad
             FROM unnest(p_keys) WITH ORDINALITY AS u(k, ord);
-            -- The claim, first as a plain INSERT in a subtransaction: about
-            -- half the cost of INSERT ... ON CONFLICT (no speculative
-            -- insertion). A key that exists (published before, or by a
-            -- concurrent transaction that committed: the INSERT waited for
-            -- it) aborts it, and the claim is made again with ON CONFLICT. At
-            -- most 8 such subtransactions per transaction (fanout.dedupe_subxacts
-            -- counts them), so that a transaction publishing many batches
-            -- never overflows its backend's cache of 64 subtransaction ids.
+            IF v_bad IS NOT NULL THEN
+                RAISE EXCEPTION 'dedupe_key must have 1 to 512 characters, got %%',
+                    (SELECT length(u.k) FROM unnest(p_keys) WITH ORDINALITY AS u(k, ord) WHERE u.ord = v_bad)
+                    USING ERRCODE = 'PGQ03';
+            END IF;
+            -- The claim and the messages, first as one statement with a
+            -- plain INSERT of the keys in a subtransaction: about half the
+            -- cost of INSERT ... ON CONFLICT (no speculative insertion). A
+            -- key that exists (published before, or by a concurrent
+            -- transaction that committed: the INSERT waited for it) or that
+            -- repeats in the batch aborts it, and the claim is made again
+            -- with ON CONFLICT. At most 8 such subtransactions per
+            -- transaction (fanout.dedupe_subxacts counts them), so that a
+            -- transaction publishing many batches never overflows its
+            -- backend's cache of 64 subtransaction ids. Keys go in in key
+            -- order, so that two batches sharing keys wait for each other
+            -- instead of deadlocking.
             v_used := CASE WHEN current_setting('fanout.dedupe_subxacts', true) ~ '^[0-9]{1,4}$'
                            THEN current_setting('fanout.dedupe_subxacts', true)::int ELSE 0 END;
             IF v_used < 8 THEN
                 PERFORM set_config('fanout.dedupe_subxacts', (v_used + 1)::text, true);
                 BEGIN
-                    WITH claimed AS (
-                        INSERT INTO fanout.dedupe AS d (topic_id, dedupe_key, message_id, created_at)
-                        SELECT %6$s, f.k, f.id, clock_timestamp()
-                        FROM (SELECT DISTINCT ON (u.k) u.k, u.id
-                              FROM unnest(p_keys, v_ids) WITH ORDINALITY AS u(k, id, ord)
-                              WHERE u.k IS NOT NULL ORDER BY u.k, u.ord) f
-                        ORDER BY f.k
-                        RETURNING d.message_id)
-                    SELECT array_agg(c.message_id) INTO v_claimed FROM claimed c;
-                    v_fast := true;
+                    WITH claim AS (
+                        INSERT INTO fanout.dedupe (topic_id, dedupe_key, message_id, created_at)
+                        SELECT %6$s, u.k, u.id, clock_timestamp()
+                        FROM unnest(p_keys, v_ids) AS u(k, id)
+                        WHERE u.k IS NOT NULL
+                        ORDER BY u.k)
+                    INSERT INTO fanout_data.%2$I (id, headers, message_group, payload, deliver_at, priority%4$s)
+                    SELECT u.id, coalesce(u.h, '{}'::jsonb), u.g, u.p, p_deliver_at, p_priority%5$s
+                    FROM unnest(v_ids, p_payloads, p_headers, p_message_groups) AS u(id, p, h, g);
+                    RETURN v_ids;
                 EXCEPTION WHEN unique_violation THEN
-                    v_fast := false;
+                    NULL;
                 END;
             END IF;
-            IF NOT v_fast THEN
-                -- In key order, so that two batches sharing keys wait for
-                -- each other instead of deadlocking; a row past the window
-                -- is taken over.
-                WITH claimed AS (
-                    INSERT INTO fanout.dedupe AS d (topic_id, dedupe_key, message_id, created_at)
-                    SELECT %6$s, f.k, f.id, clock_timestamp()
-                    FROM (SELECT DISTINCT ON (u.k) u.k, u.id
-                          FROM unnest(p_keys, v_ids) WITH ORDINALITY AS u(k, id, ord)
-                          WHERE u.k IS NOT NULL ORDER BY u.k, u.ord) f
-                    ORDER BY f.k
-                    ON CONFLICT (topic_id, dedupe_key) DO UPDATE
-                    SET message_id = excluded.message_id, created_at = excluded.created_at
-                    WHERE d.created_at < clock_timestamp() - p_window
-                    RETURNING d.message_id)
-                SELECT array_agg(c.message_id) INTO v_claimed FROM claimed c;
-            END IF;
+            -- Each distinct key once, its first element's id; a row past
+            -- the window is taken over.
+            WITH claimed AS (
+                INSERT INTO fanout.dedupe AS d (topic_id, dedupe_key, message_id, created_at)
+                SELECT %6$s, f.k, f.id, clock_timestamp()
+                FROM (SELECT DISTINCT ON (u.k) u.k, u.id
+                      FROM unnest(p_keys, v_ids) WITH ORDINALITY AS u(k, id, ord)
+                      WHERE u.k IS NOT NULL ORDER BY u.k, u.ord) f
+                ORDER BY f.k
+                ON CONFLICT (topic_id, dedupe_key) DO UPDATE
+                SET message_id = excluded.message_id, created_at = excluded.created_at
+                WHERE d.created_at < clock_timestamp() - p_window
+                RETURNING d.message_id)
+            SELECT array_agg(c.message_id) INTO v_claimed FROM claimed c;
             IF coalesce(cardinality(v_claimed), 0) < v_keyed THEN
                 -- Not every key claimed (published before, or repeated in
                 -- the batch): only the elements whose own id was claimed, or
-                -- that have no key, are inserted; the others come back NULL.
+                -- that have no key, are inserted.
                 SELECT array_agg(CASE WHEN u.k IS NULL OR u.id IN (SELECT unnest(v_claimed)) THEN u.id END
                                  ORDER BY u.ord)
                 INTO v_ids FROM unnest(v_ids, p_keys) WITH ORDINALITY AS u(id, k, ord);
@@ -179,6 +186,14 @@ BEGIN
             SELECT u.id, coalesce(u.h, '{}'::jsonb), u.g, u.p, p_deliver_at, p_priority%5$s
             FROM unnest(v_ids, p_payloads, p_headers, p_message_groups) AS u(id, p, h, g)
             WHERE u.id IS NOT NULL;
+            IF array_position(v_ids, NULL) IS NOT NULL THEN
+                -- The other elements get the id their key has, in a new
+                -- statement, which sees a concurrent claim the INSERT
+                -- waited for.
+                SELECT array_agg(coalesce(x.id, d.message_id) ORDER BY x.ord) INTO v_ids
+                FROM unnest(v_ids, p_keys) WITH ORDINALITY AS x(id, k, ord)
+                LEFT JOIN fanout.dedupe d ON x.id IS NULL AND d.topic_id = %6$s AND d.dedupe_key = x.k;
+            END IF;
             RETURN v_ids;
         END
         $body$$ddl$, v_table || '_insert_keyed', v_table, 'fanout_data.' || quote_ident(v_seq), v_kcol,

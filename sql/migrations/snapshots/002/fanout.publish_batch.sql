@@ -12,8 +12,8 @@
 -- arrays' lengths differ. Nothing is written when any element is bad.
 -- Tables: fanout.topic, fanout.consumer_group, fanout.dedupe,
 -- fanout.seq_published, fanout_data.m<topic_id> (through
--- fanout_data.m<topic_id>_insert_batch, fanout._publish_batch_set or
--- fanout._publish_one).
+-- fanout_data.m<topic_id>_insert_batch, fanout_data.m<topic_id>_insert_keyed
+-- or fanout._publish_one).
 CREATE OR REPLACE FUNCTION fanout.publish_batch(
     topic          text,
     payloads       jsonb[],
@@ -87,7 +87,14 @@ BEGIN
     PERFORM pg_current_xact_id();
     PERFORM fanout._notify_override(v_t, $5, true);
     IF $10 IS NULL AND ($6 IS NOT NULL OR $7 IS NOT NULL OR $8 IS NOT NULL OR $9 IS NOT NULL) THEN
-        RETURN QUERY SELECT unnest(fanout._publish_batch_set(v_t, $2, $3, $4, $6, v_at, $9));
+        IF $9 > 0 AND NOT v_t.prioritized THEN
+            UPDATE fanout.topic t SET prioritized = true WHERE t.topic_id = v_t.topic_id AND NOT t.prioritized;
+        END IF;
+        -- Set-based: keys checked, claimed and the messages inserted by the
+        -- topic's generated function (static SQL, plans cached per session).
+        RETURN QUERY EXECUTE format('SELECT unnest(fanout_data.%I($1, $2, $3, $4, $5, $6, $7))',
+                                    v_t.data_table || '_insert_keyed')
+            USING $2, $3, $4, $6, v_at, nullif($9, 0)::smallint, v_t.dedupe_window;
     ELSIF $10 IS NOT NULL THEN
         -- Sequences: one at a time, in input order (a key or sequence
         -- repeated in the batch meets its own first claim).
