@@ -81,11 +81,14 @@ deps: ## install what make test exercises: pg_cron, PgBouncer, psycopg, Node pg 
 
 # On its own cluster the bench installs Skytools PgQ (Debian's
 # postgresql-<major>-pgq3, as root) for its PgQ baseline; without it those
-# rows say "not measured" and the table's header says why.
+# rows say "not measured" and the table's header says why. Its cluster's
+# shared memory is in 2 MB huge pages where the kernel has them (as root the
+# cluster reserves them: scripts/devdb.sh, DEVDB_HUGEPAGES); the header says
+# which. Why it matters for many consumers: docs/architecture.md, "Member storm".
 bench: build ## benchmarks (≈20 min), as ratios to baselines measured in the same run, PgQ among them
 	@set -e; \
 	if [ -z "$$DATABASE_URL" ]; then \
-	  DATABASE_URL=$$(scripts/devdb.sh start bench $(BENCH_PORT)); \
+	  DATABASE_URL=$$(DEVDB_HUGEPAGES=1 scripts/devdb.sh start bench $(BENCH_PORT)); \
 	  scripts/deps.sh ensure pgq3 || echo "make bench: PgQ could not be installed; its rows are reported as not measured" >&2; \
 	fi; \
 	export DATABASE_URL; \

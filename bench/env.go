@@ -201,6 +201,25 @@ func withDatabase(u, name string) string {
 type ServerInfo struct {
 	Version  string            `json:"version"`
 	Settings map[string]string `json:"settings"`
+	// SharedMemoryPages is the page size of the server's shared memory as
+	// its backend's /proc/<pid>/smaps shows it: "2 MB (huge pages)",
+	// "4 kB", or "unknown" when the server is not on this machine. With
+	// 4 kB pages every backend faults in each shared buffer it touches for
+	// the first time, which dominates a member storm (docs/architecture.md, "Member storm").
+	SharedMemoryPages string `json:"shared_memory_pages"`
+}
+
+// sharedMemoryPages reads the page size of the shared memory mapping of
+// backend pid (see ServerInfo.SharedMemoryPages).
+func sharedMemoryPages(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return "unknown"
+	}
+	if strings.Contains(string(b), "/anon_hugepage") {
+		return "2 MB (huge pages)"
+	}
+	return "4 kB"
 }
 
 func serverInfo(ctx context.Context, adminURL string) (ServerInfo, error) {
@@ -210,12 +229,14 @@ func serverInfo(ctx context.Context, adminURL string) (ServerInfo, error) {
 	}
 	defer conn.Close(ctx)
 	si := ServerInfo{Settings: map[string]string{}}
-	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&si.Version); err != nil {
+	var pid int
+	if err := conn.QueryRow(ctx, "SELECT version(), pg_backend_pid()").Scan(&si.Version, &pid); err != nil {
 		return si, err
 	}
+	si.SharedMemoryPages = sharedMemoryPages(pid)
 	rows, err := conn.Query(ctx, `SELECT name, current_setting(name) FROM pg_settings
 		WHERE name IN ('synchronous_commit', 'fsync', 'full_page_writes', 'shared_buffers', 'max_connections',
-		               'wal_level', 'max_wal_size', 'autovacuum', 'commit_delay', 'work_mem', 'jit')
+		               'wal_level', 'max_wal_size', 'autovacuum', 'commit_delay', 'work_mem', 'jit', 'huge_pages')
 		ORDER BY name`)
 	if err != nil {
 		return si, err

@@ -280,6 +280,14 @@ func (partitionsScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 	}
 	env.Baseline("4 members, P = 64", "one group of 4 members draining the same keyed backlog of a topic with partitions => 64, same page size")
 	env.Baseline("8 × 4 unpartitioned", "8 groups × 4 members draining the same keyed backlog of an unpartitioned topic (no per-key order)")
+	// With 4 kB pages each backend faults in every shared buffer it touches
+	// for the first time: 150 members reading different partitions touch
+	// far more (backend, buffer) pairs than 4 (see docs/architecture.md, "Member storm").
+	var pid int
+	if err := db.Pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		return nil, err
+	}
+	shm := sharedMemoryPages(pid)
 	one := []string{"g"}
 	for _, page := range []int{10, 100} {
 		few, err := run(", partitions => 64", one, 4, page, stormN(page), pStormIdle)
@@ -293,11 +301,11 @@ func (partitionsScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 		r := throughputRow("partitions", fmt.Sprintf("member storm P = 64, page %d: 150 vs 4 members", page), "msg/s",
 			many.rate, few.rate, "4 members, P = 64", 0.8)
 		r.Details = map[string]any{"read_150": many.read, "read_4": few.read, "first_read_150": many.first,
-			"first_read_4": few.first, "cpu_ms_per_1000_150": many.cpuPerK.Milliseconds(),
+			"first_read_4": few.first, "cpu_ms_per_1000_150": many.cpuPerK.Milliseconds(), "shared_memory_pages": shm,
 			"cpu_ms_per_1000_4": few.cpuPerK.Milliseconds(), "empty_reads_150": many.empty, "pages_150": many.pages}
-		r.Note = fmt.Sprintf("read p99 %s ms (150) vs %s ms (4); first read of a member (cold backend, before the clock) p99 %s ms (150) vs %s ms (4); server CPU per 1,000 messages %d ms (150) vs %d ms (4)",
+		r.Note = fmt.Sprintf("read p99 %s ms (150) vs %s ms (4); first read of a member (cold backend, before the clock) p99 %s ms (150) vs %s ms (4); server CPU per 1,000 messages %d ms (150) vs %d ms (4); server shared memory pages: %s",
 			fmtMs(many.read.P99), fmtMs(few.read.P99), fmtMs(many.first.P99), fmtMs(few.first.P99),
-			many.cpuPerK.Milliseconds(), few.cpuPerK.Milliseconds())
+			many.cpuPerK.Milliseconds(), few.cpuPerK.Milliseconds(), shm)
 		out = append(out, r)
 		uFew, err := run("", one, 4, page, stormN(page), pStormIdle)
 		if err != nil {

@@ -124,6 +124,7 @@ func printTable(w io.Writer, rep *Report) {
 		kv = append(kv, k+"="+rep.Server.Settings[k])
 	}
 	fmt.Fprintf(w, "server settings: %s\n", strings.Join(kv, " "))
+	fmt.Fprintf(w, "server shared memory pages: %s\n", rep.Server.SharedMemoryPages)
 	fmt.Fprintf(w, "machine load average (1/5/15 min): %v at start, %v at end (other work on the machine skews absolute numbers)\n",
 		rep.Machine["loadavg_start"], rep.Machine["loadavg_end"])
 	fmt.Fprintf(w, "PgQ baseline: %s\n", rep.PgQ)

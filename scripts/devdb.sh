@@ -15,6 +15,13 @@
 # DEVDB_OPTS adds server options when a cluster starts (e.g.
 # "-c shared_preload_libraries=pg_cron"). Cluster `test` runs with fsync off
 # (throwaway data); every other cluster is durable (fsync on).
+# DEVDB_HUGEPAGES=1 backs the cluster's shared memory with 2 MB huge pages
+# (huge_pages=on) when the kernel has enough free; as root it reserves the
+# missing ones first (vm.nr_hugepages, until reboot). Otherwise the cluster
+# starts with 4 kB pages and says how to reserve them. `make bench` sets it:
+# with 4 kB pages every backend maps each shared buffer it touches for the
+# first time with a page fault of its own, which with 150 backends reading
+# different rows of one table cost more CPU than the reads (docs/architecture.md, "Member storm").
 #
 # Data lives under .pgq-dev/NAME in the checkout (git-ignored). PostgreSQL refuses
 # to run as root, so as root the cluster runs as the OS user `postgres` (created
@@ -96,6 +103,29 @@ pick_dir() {
 
 url() { echo "postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"; }
 
+# hugepages OPTS: adds huge_pages=on to opts when the kernel has enough free
+# 2 MB pages for the cluster (reserving the missing ones as root), else
+# huge_pages=off with a note on how to reserve them.
+hugepages() {
+  local need free total
+  need=$(run_pg "$bindir/postgres" -D "$dir/data" $1 -c huge_pages=on -C shared_memory_size_in_huge_pages 2>/dev/null || echo 0)
+  free=$(awk '/^HugePages_Free:/ {print $2}' /proc/meminfo 2>/dev/null || echo 0)
+  total=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)
+  if [ "${need:-0}" -gt 0 ] && [ "${free:-0}" -lt "$need" ] && [ "$(id -u)" = 0 ]; then
+    if echo $((total + need - free)) >/proc/sys/vm/nr_hugepages 2>/dev/null; then
+      log "reserved $((need - free)) huge pages of 2 MB for cluster $name (vm.nr_hugepages $total -> $((total + need - free)), until reboot)"
+      free=$(awk '/^HugePages_Free:/ {print $2}' /proc/meminfo)
+    fi
+  fi
+  if [ "${need:-0}" -gt 0 ] && [ "${free:-0}" -ge "$need" ]; then
+    opts="$opts -c huge_pages=on"
+    log "cluster $name: shared memory in huge pages ($need of 2 MB)"
+  else
+    opts="$opts -c huge_pages=off"
+    log "cluster $name: shared memory in 4 kB pages: $need huge pages of 2 MB needed, ${free:-0} free (as root: sysctl -w vm.nr_hugepages=$((total + need)))"
+  fi
+}
+
 case "$cmd" in
   url) url ;;
   start)
@@ -119,6 +149,9 @@ case "$cmd" in
     else
       opts="-p $port -c listen_addresses=127.0.0.1 -k $dir -c max_connections=300 -c shared_buffers=256MB"
       opts="$opts -c max_locks_per_transaction=256 -c max_prepared_transactions=20 ${DEVDB_OPTS:-}"
+      if [ "${DEVDB_HUGEPAGES:-0}" = 1 ]; then
+        hugepages "$opts"
+      fi
       if [ "$name" = test ]; then
         # throwaway test data: durability buys nothing here
         opts="$opts -c fsync=off -c full_page_writes=off -c synchronous_commit=off"
