@@ -120,9 +120,12 @@ hugepages() {
   if [ "${need:-0}" -gt 0 ] && [ "${free:-0}" -ge "$need" ]; then
     opts="$opts -c huge_pages=on"
     log "cluster $name: shared memory in huge pages ($need of 2 MB)"
-  else
+  elif [ "${need:-0}" -gt 0 ]; then
     opts="$opts -c huge_pages=off"
     log "cluster $name: shared memory in 4 kB pages: $need huge pages of 2 MB needed, ${free:-0} free (as root: sysctl -w vm.nr_hugepages=$((total + need)))"
+  else
+    opts="$opts -c huge_pages=off"
+    log "cluster $name: shared memory in 4 kB pages (postgres -C shared_memory_size_in_huge_pages gave no count)"
   fi
 }
 
