@@ -79,11 +79,20 @@ func TestPartitionsStormReadsWriteNothing(t *testing.T) {
 	owners := b.pOwners(t, "s", "g")
 	require.Zero(t, owners["m5"]+owners["m6"]+owners["m7"], "%v", owners)
 	for _, m := range []string{"m5", "m6", "m7"} {
-		got, wrote := readIn(m)
-		require.Zero(t, got)
-		require.False(t, wrote, "the read of %s, which owns nothing, wrote or locked a row", m)
-		require.Zero(t, heavy, "the read of %s, which owns nothing, locked a message, lease or retry relation", m)
-		require.Zero(t, slow, "the read of %s, which owns nothing, locked relations outside the fast path", m)
+		// A weak lock leaves the fast path whenever any backend of the
+		// server holds a strong lock on a relation in the same one of
+		// PostgreSQL's 1024 lock hash slots (other tests create and drop
+		// tables all the time): the fast-path check allows a few tries.
+		for try := 0; ; try++ {
+			got, wrote := readIn(m)
+			require.Zero(t, got)
+			require.False(t, wrote, "the read of %s, which owns nothing, wrote or locked a row", m)
+			require.Zero(t, heavy, "the read of %s, which owns nothing, locked a message, lease or retry relation", m)
+			if slow == 0 || try == 4 {
+				break
+			}
+		}
+		require.Zero(t, slow, "the read of %s, which owns nothing, locked relations outside the fast path (5 tries)", m)
 	}
 	// The group's members converge to one partition each for m0..m4.
 	for round := 0; round < 3; round++ {
