@@ -276,9 +276,9 @@ func (partitionsScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 	// share of the run: perf put 9.5 % of its CPU in TLB-flush interrupts
 	// of copy-on-write faults (a young backend writing memory inherited from
 	// the postmaster) against none for 4 warm backends; 10n halves that
-	// share (runs on one cluster: 0.72-0.90 with 5n, 0.83-1.13 with 10n).
+	// share (runs on one cluster: 0.72-0.90 with 5n, 0.82-1.13 with 10n).
 	// At pages of 10 the same holds with n (about 94 pages per owner):
-	// 0.73-0.90 with n, 0.83-0.90 with 2n.
+	// 0.73-0.90 with n, 0.83-1.10 with 2n.
 	stormN := func(page int) int {
 		if page >= 100 {
 			return 10 * n
