@@ -13,7 +13,7 @@
 -- Tables: fanout.topic, fanout.consumer_group, fanout.dedupe,
 -- fanout.seq_published, fanout_data.m<topic_id> (through
 -- fanout_data.m<topic_id>_insert_batch, fanout_data.m<topic_id>_insert_keyed
--- or fanout._publish_one).
+-- or fanout._publish_sequenced).
 CREATE OR REPLACE FUNCTION fanout.publish_batch(
     topic          text,
     payloads       jsonb[],
@@ -96,13 +96,9 @@ BEGIN
                                     v_t.data_table || '_insert_keyed')
             USING $2, $3, $4, $6, v_at, nullif($9, 0)::smallint, v_t.dedupe_window;
     ELSIF $10 IS NOT NULL THEN
-        -- Sequences: one at a time, in input order (a key or sequence
-        -- repeated in the batch meets its own first claim).
-        RETURN QUERY
-        SELECT fanout._publish_one(v_t, u.p, u.h, u.g, u.k, v_at, $9, u.s)
-        FROM unnest($2, $3, $4, $6, $10) WITH ORDINALITY AS u(p, h, g, k, s, ord)
-        WHERE u.ord <= v_n
-        ORDER BY u.ord;
+        -- Sequences (a sequence-ordered topic: no priority, no delivery
+        -- time, checked above): keys, then sequences, each in a fixed order.
+        RETURN QUERY SELECT fanout._publish_sequenced(v_t, $2, $3, $4, $6, $10);
     ELSE
         RETURN QUERY EXECUTE format('SELECT fanout_data.%I($1, $2, $3)', v_t.data_table || '_insert_batch')
             USING $2, $3, $4;

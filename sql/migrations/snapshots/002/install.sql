@@ -59,6 +59,7 @@
 {{ template "fanout._partition_droppable.sql" . }}
 {{ template "fanout._partition_floor.sql" . }}
 {{ template "fanout._publish_one.sql" . }}
+{{ template "fanout._publish_sequenced.sql" . }}
 {{ template "fanout._reconcile_stamps.sql" . }}
 {{ template "fanout._release_holds.sql" . }}
 {{ template "fanout._required_mask.sql" . }}
