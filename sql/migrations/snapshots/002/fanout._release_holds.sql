@@ -1,7 +1,8 @@
 -- fanout._release_holds(p_group_id): gives up everything a group holds: its
 -- open leases are closed (their unsettled messages count as taken away, so a
 -- stale holder's ack raises PGQ11) and its pending retries and sequence
--- waiters are deleted (sequence-ordered topics keep each aggregate's next_seq).
+-- waiters are deleted (sequence-ordered topics keep each aggregate's next_seq,
+-- after applying the acks and dead letters no read has applied yet).
 -- Returns how many messages were released.
 -- Tables: fanout.lease, fanout.retry, fanout.seq_wait, fanout.seq_done, fanout.seq_state.
 CREATE OR REPLACE FUNCTION fanout._release_holds(p_group_id bigint)
@@ -21,6 +22,10 @@ BEGIN
           WHERE l.group_id = p_group_id AND l.open_count > 0
           ORDER BY l.lease_id
           FOR UPDATE) o;
+    -- Acks and dead letters that no read has applied yet (fanout.seq_done)
+    -- move their aggregates on first: they count (an ack whose transaction
+    -- held a lease row above committed before this statement).
+    PERFORM fanout._sequence_advance(p_group_id, clock_timestamp());
     DELETE FROM fanout.retry r WHERE r.group_id = p_group_id;
     GET DIAGNOSTICS v_retry = ROW_COUNT;
     v_leases := v_leases + v_retry;

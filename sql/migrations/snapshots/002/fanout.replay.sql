@@ -7,10 +7,11 @@
 -- On queue topics group_name is ignored. Recorded in fanout.event_log.
 -- Returns how many messages were queued for replay.
 -- Raises: PGQ01, PGQ03 (NULL array or element; an id the group has not been
--- handed yet: its cursor has not passed it), PGQ13, PGQ14, PGQ16 (cancelled
+-- handed yet: its cursor has not passed it, or on a sequence-ordered topic it
+-- waits for its sequence's turn), PGQ13, PGQ14, PGQ16 (cancelled
 -- group), PGQ18 (not retained: never existed or its partition was dropped).
 -- Tables: fanout.topic, fanout.consumer_group, fanout.kpart, fanout.lease, fanout.retry,
--- fanout.event_log, fanout_data.m<topic_id>.
+-- fanout.seq_wait, fanout.event_log, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout.replay(topic text, group_name text, message_ids bigint[])
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
@@ -55,6 +56,18 @@ BEGIN
     IF v_found.ahead IS NOT NULL THEN
         RAISE EXCEPTION 'message(s) % have not been handed to this group yet', array_to_string(v_found.ahead, ', ')
             USING ERRCODE = 'PGQ03', HINT = 'replay re-delivers what the group already got; the rest comes anyway';
+    END IF;
+    IF v_t.sequence_ordering THEN
+        -- Passed by the cursor but parked until their sequence's turn: not
+        -- handed out either (replaying one handed it out before its
+        -- predecessors, and again when its turn came).
+        v_bad := ARRAY(SELECT w.message_id FROM fanout.seq_wait w
+                       WHERE w.group_id = v_g.group_id AND w.message_id = ANY ($3) ORDER BY w.message_id);
+        IF cardinality(v_bad) > 0 THEN
+            RAISE EXCEPTION 'message(s) % have not been handed to this group yet: they wait for their sequence''s turn',
+                array_to_string(v_bad, ', ')
+                USING ERRCODE = 'PGQ03', HINT = 'see fanout.sequence_gaps; they come once every lower sequence is acked or dead-lettered';
+        END IF;
     END IF;
     INSERT INTO fanout.retry (group_id, message_id, txid, attempt, not_before, last_error)
     SELECT v_g.group_id, u.id, u.tx, 0, clock_timestamp(), 'replayed'
