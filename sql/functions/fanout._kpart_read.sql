@@ -13,7 +13,9 @@
 --     page (fanout.kpart.lease_id) is settled, or expired (then that page's
 --     unsettled messages are the next page, taken over whole: fencing as
 --     for any lease), and no nacked message of it waits for its retry time
---     (head-of-line). Due retries of the partition come before its stream;
+--     (head-of-line). Due retries of the partition come before its stream
+--     (and an expired page joins them when there are any, so that the page
+--     is in commit order; whole_transactions holds for them too);
 --     the stream page is fanout._window_scan on the partition's cursor. One read returns one page of one
 --     partition (the least recently served ready one it owns).
 -- Returns rows as fanout.read. Raises: PGQ03 (partition out of range,
@@ -49,6 +51,8 @@ DECLARE
     v_take     record;
     v_lease_id bigint;
     v_parts    int[];
+    v_last     xid8;                     -- whole_transactions: txid of a retry page's last message
+    c_cap      constant int := 10000;    -- whole_transactions: hard cap of a page (fanout._window_scan)
     -- Whether the group has any retry row (nacked, delayed or replayed
     -- messages): without any, a page read touches
     -- neither the retry look-ups below nor their three indexes (relation
@@ -196,18 +200,46 @@ BEGIN
             v_txids := coalesce(v_take.txids, '{}');
             v_att := coalesce(v_take.atts, '{}');
             PERFORM fanout._lease_settle(v_l.lease_id, v_take.all_ids, true, true, p_now);
+            -- Due retries of the partition too (a message of this page or an
+            -- earlier one nacked, then the lease ran out): the page's
+            -- messages join them, and the page is made from the retries in
+            -- commit order (step 2), so a nacked message does not come after
+            -- the messages that followed it.
+            IF v_retries AND cardinality(v_ids) > 0
+               AND EXISTS (SELECT 1 FROM fanout.retry r
+                           WHERE r.group_id = v_g.group_id AND (r.kpart = v_k.kpart OR r.kpart IS NULL)
+                             AND r.not_before <= p_now) THEN
+                INSERT INTO fanout.retry (group_id, message_id, txid, attempt, not_before, kpart)
+                SELECT v_g.group_id, u.id, u.tx, u.att - 1, p_now, v_k.kpart
+                FROM unnest(v_ids, v_txids, v_att) AS u(id, tx, att)
+                ON CONFLICT DO NOTHING;
+                v_ids := '{}';
+                v_txids := '{}';
+                v_att := '{}';
+            END IF;
         END IF;
 
         -- 2. Due retries of the partition (and any without a partition, from
-        --    replay), in commit order.
+        --    replay), in commit order. With whole_transactions the page
+        --    also takes the rest of the last producer transaction's due
+        --    retries (up to 10,000 in all, as fanout._window_scan).
         IF cardinality(v_ids) = 0 AND v_retries THEN
+            v_last := NULL;
+            IF p_t.whole_transactions THEN
+                SELECT d.txid INTO v_last FROM fanout.retry d
+                WHERE d.group_id = v_g.group_id AND d.not_before <= p_now
+                  AND (d.kpart = v_k.kpart OR d.kpart IS NULL)
+                ORDER BY d.txid, d.message_id OFFSET p_max - 1 LIMIT 1;
+            END IF;
             WITH due AS (
                 DELETE FROM fanout.retry rt
                 WHERE rt.group_id = v_g.group_id
                   AND rt.message_id IN (SELECT d.message_id FROM fanout.retry d
                                         WHERE d.group_id = v_g.group_id AND d.not_before <= p_now
                                           AND (d.kpart = v_k.kpart OR d.kpart IS NULL)
-                                        ORDER BY d.txid, d.message_id LIMIT p_max)
+                                          AND (v_last IS NULL OR d.txid <= v_last)
+                                        ORDER BY d.txid, d.message_id
+                                        LIMIT CASE WHEN v_last IS NULL THEN p_max ELSE c_cap END)
                 RETURNING rt.message_id, rt.txid, rt.attempt)
             SELECT array_agg(due.message_id ORDER BY due.txid, due.message_id) AS ids,
                    array_agg(due.txid ORDER BY due.txid, due.message_id) AS txids,
@@ -216,6 +248,15 @@ BEGIN
             v_ids := coalesce(v_take.ids, '{}');
             v_txids := coalesce(v_take.txids, '{}');
             v_att := coalesce(v_take.atts, '{}');
+            IF v_last IS NOT NULL AND cardinality(v_ids) = c_cap
+               AND EXISTS (SELECT 1 FROM fanout.retry d
+                           WHERE d.group_id = v_g.group_id AND d.not_before <= p_now
+                             AND (d.kpart = v_k.kpart OR d.kpart IS NULL) AND d.txid = v_last) THEN
+                INSERT INTO fanout.event_log (topic, group_name, kind, count, detail)
+                VALUES (p_t.topic, v_g.group_name, 'transaction_split', c_cap,
+                        jsonb_build_object('partition', v_k.kpart, 'txid', v_last::text, 'cap', c_cap,
+                                           'last_id', v_ids[c_cap], 'retries', true));
+            END IF;
         END IF;
         v_nw := cardinality(v_ids);
 
