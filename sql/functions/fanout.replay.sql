@@ -1,5 +1,6 @@
--- fanout.replay(topic, group_name, message_ids): hands already-delivered,
--- retained messages to the group again, by explicit ids only (no filter: no
+-- fanout.replay(topic, group_name, message_ids): hands already-delivered
+-- (or skipped by seek: what the group's cursor passed), retained messages to
+-- the group again, by explicit ids only (no filter: no
 -- injection surface). They are served as due retries by the next read
 -- (attempt counting from 1 again); acking them again is harmless, also in
 -- reference mode (a COMPLETED message stays as it is). Ids under an open
