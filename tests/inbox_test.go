@@ -236,19 +236,23 @@ func TestInboxDelayedRun(t *testing.T) {
 			require.NoError(t, err)
 			return undelayed
 		}
-		take := func() []int64 {
-			ms := b.read(t, b.Pool, topic, nil, "c", 100, "30 seconds")
+		take := func(page int) []int64 {
+			ms := b.read(t, b.Pool, topic, nil, "c", page, "30 seconds")
 			if len(ms) > 0 {
 				b.ack(t, b.Pool, ms[0].LeaseID, nil)
 			}
 			return ids2(ms)
 		}
 		undelayed := after(250)
-		require.Equal(t, undelayed, take(), "%s: the undelayed messages behind 250 delayed ones in one read", topic)
+		require.Equal(t, undelayed, take(100), "%s: the undelayed messages behind 250 delayed ones in one read", topic)
 		undelayed = after(1000)
-		require.Empty(t, take(), "%s: 10 pages of delayed messages at most per read", topic)
-		require.Equal(t, undelayed, take(), "%s: the next read goes on", topic)
-		require.Equal(t, int64(1250), b.count(t, `SELECT scheduled FROM fanout.topics WHERE topic = $1`, topic))
+		require.Equal(t, undelayed, take(100), "%s: and behind 1,000 (10 pages of 100 used to be the bound)", topic)
+		// A read passes 10,000 delayed messages, at least 10 pages and at
+		// most 100: with pages of 10, 100 pages (1,000 messages).
+		undelayed = after(1000)
+		require.Empty(t, take(10), "%s: 100 pages of 10 delayed messages at most per read", topic)
+		require.Equal(t, undelayed[:5], take(10), "%s: the next read goes on", topic)
+		require.Equal(t, int64(2250), b.count(t, `SELECT scheduled FROM fanout.topics WHERE topic = $1`, topic))
 	}
 }
 

@@ -37,9 +37,10 @@
 -- out: the cursor passes them and they go to the group's retry table
 -- (attempt 0, not_before = deliver_at, with p_kpart), which the read serves
 -- when due; they never hold back what comes after them. A full page of
--- nothing but such messages is followed by the next one (up to 10 pages a
--- call), so a run of delayed messages does not make a read come back empty
--- while undelayed ones follow it.
+-- nothing but such messages is followed by the next one (up to 10,000
+-- messages a call: at least 10 pages, at most 100), so a run of delayed
+-- messages makes a read come back empty while undelayed ones follow it only
+-- when it is longer than that (then each read passes that many more).
 -- The page comes back as its ids and txids; the caller returns its rows
 -- once the page is settled (m<id>_rows).
 -- Reads fanout.partition and the topic's message table; writes fanout.retry
@@ -80,6 +81,9 @@ DECLARE
     v_phase   int;
     v_more    int;
     v_pages   int := 0;
+    -- Pages of nothing but delayed messages one call reads past: 10,000
+    -- messages, at least 10 pages and at most 100.
+    v_max_pages int := greatest(10, least(100, 10000 / greatest(p_limit, 1)));
 BEGIN
     o_lo := p_lo;
     o_hi := p_hi;
@@ -209,7 +213,7 @@ BEGIN
         FROM unnest(o_ids, o_txids, v_deliver) WITH ORDINALITY AS u(id, tx, d, ord)
         WHERE u.d IS NULL OR u.d <= v_now;
         -- A full page of delayed messages only: read on from the cursor.
-        IF cardinality(o_ids) = 0 AND (v_left = 0 OR v_cut) AND v_pages < 9 THEN
+        IF cardinality(o_ids) = 0 AND (v_left = 0 OR v_cut) AND v_pages < v_max_pages - 1 THEN
             v_pages := v_pages + 1;
             v_left := p_limit;
             v_bytes := coalesce(p_max_bytes, 9223372036854775807);

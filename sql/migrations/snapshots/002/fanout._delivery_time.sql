@@ -7,15 +7,20 @@ RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
+DECLARE
+    v_at timestamptz;
 BEGIN
     IF p_deliver_at IS NOT NULL AND p_delay IS NOT NULL THEN
         RAISE EXCEPTION 'pass deliver_at or delay, not both' USING ERRCODE = 'PGQ03';
     END IF;
-    IF p_delay < interval '0' OR p_delay > interval '366 days'
-       OR p_deliver_at > clock_timestamp() + interval '366 days' THEN
+    v_at := coalesce(p_deliver_at, clock_timestamp() + p_delay);
+    -- The time itself is checked, not the interval: interval comparison
+    -- counts a month as 30 days ('12 months 6 days' compares equal to 366
+    -- days but lands 371 days ahead).
+    IF p_delay < interval '0' OR v_at > clock_timestamp() + interval '366 days' THEN
         RAISE EXCEPTION 'a message can be delayed by at most 366 days, got %', coalesce(p_delay::text, p_deliver_at::text)
             USING ERRCODE = 'PGQ03';
     END IF;
-    RETURN coalesce(p_deliver_at, clock_timestamp() + p_delay);
+    RETURN v_at;
 END
 $fn$;

@@ -72,6 +72,9 @@ DECLARE
     v_page    text := format('SELECT * FROM fanout_data.%I($1, $2, $3, $4, $5, $6, $7, $8, $9)', p_table || '_page_prio');
     v_full    boolean := false;
     v_pages   int := 0;
+    -- Pages of nothing but delayed messages one call reads past: 10,000
+    -- messages, at least 10 pages and at most 100.
+    v_max_pages int := greatest(10, least(100, 10000 / greatest(p_limit, 1)));
 BEGIN
     SELECT g.win_lo, g.win_hi, g.cur_txid, g.cur_id, coalesce(g.effective_start_id, 0), g.bit_no,
            g.prio_level, g.prio_txid, g.prio_id
@@ -194,7 +197,7 @@ BEGIN
             WHERE u.d IS NULL OR u.d <= v_now;
             -- A full page of delayed messages only: read on from the cursor
             -- (as in fanout._window_scan).
-            IF cardinality(o_ids) = 0 AND v_full AND v_pages < 9 THEN
+            IF cardinality(o_ids) = 0 AND v_full AND v_pages < v_max_pages - 1 THEN
                 v_pages := v_pages + 1;
                 v_left := p_limit;
                 v_bytes := coalesce(p_max_bytes, 9223372036854775807);
