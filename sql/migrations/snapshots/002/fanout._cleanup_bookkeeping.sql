@@ -1,6 +1,7 @@
 -- fanout._cleanup_bookkeeping(p_now): deletes lease slots whose last page
 -- closed over an hour ago (no read reused them since; an ack of any of their
--- pages then raises PGQ10), members not seen for
+-- pages then raises PGQ10; a page taken over by another member: 7 days and
+-- an hour, the longest its messages can be held), members not seen for
 -- 7 days, event_log rows older than 30 days and dedupe keys older than
 -- their topic's dedupe_window: those are found by a sweep over
 -- fanout.dedupe in block ranges (it has no index on created_at), 100 blocks
@@ -27,11 +28,19 @@ BEGIN
     END IF;
     -- The outer conditions again: a read may have reused the slot for a new
     -- page meanwhile (they are re-checked on the row's latest version).
+    -- A slot whose last page was taken over (reclaimed) stays as long as a
+    -- lease can live (7 days) and an hour: its stale holder's ack must meet
+    -- PGQ11 (roll back), not PGQ10, while the taker may still hold the
+    -- messages.
     DELETE FROM fanout.lease l
     WHERE l.slot_id IN (SELECT c.slot_id FROM fanout.lease c
-                        WHERE c.open_count = 0 AND c.closed_at < p_now - interval '1 hour'
+                        WHERE c.open_count = 0
+                          AND c.closed_at < p_now - CASE WHEN cardinality(c.reclaimed) > 0
+                                                         THEN interval '7 days 1 hour' ELSE interval '1 hour' END
                         LIMIT 10000)
-      AND l.open_count = 0 AND l.closed_at < p_now - interval '1 hour';
+      AND l.open_count = 0
+      AND l.closed_at < p_now - CASE WHEN cardinality(l.reclaimed) > 0
+                                     THEN interval '7 days 1 hour' ELSE interval '1 hour' END;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     v_done := v_done + v_n;
     DELETE FROM fanout.member m
