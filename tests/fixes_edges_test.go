@@ -841,9 +841,8 @@ func TestFixesEdgeKpartReplayOtherPartition(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.keepLeaseHistory(t)
-	b.createTopic(t, b.Pool, "rf.k6", "semantics => 'pubsub'", "partitions => 2")
-	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('rf.k6', 'g')`)
-	require.NoError(t, err)
+	b.rwPubsub(t, "rf.k6", 2, "")
+	var err error
 	var k0, k1 string
 	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT min(k) FILTER (WHERE fanout.partition_of('rf.k6', k) = 0),
 		min(k) FILTER (WHERE fanout.partition_of('rf.k6', k) = 1) FROM (SELECT 'key-' || i AS k FROM generate_series(1, 20) i) x`).Scan(&k0, &k1))

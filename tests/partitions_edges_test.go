@@ -51,6 +51,16 @@ func rwAsync(f func() error) chan error {
 	return ch
 }
 
+// rwPubsub creates pubsub topic topic with parts key partitions and
+// subscribes group "g" to it (subscribe's named options in subOpts, each
+// with a leading comma).
+func (b *bundle) rwPubsub(t *testing.T, topic string, parts int, subOpts string) {
+	t.Helper()
+	b.createTopic(t, b.Pool, topic, "semantics => 'pubsub'", fmt.Sprintf("partitions => %d", parts))
+	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe($1, 'g'`+subOpts+`)`, topic)
+	require.NoError(t, err)
+}
+
 // rwWithin: the call reported on ch within d (it did not block).
 func rwWithin(ch chan error, d time.Duration) (error, bool) {
 	select {
@@ -83,9 +93,7 @@ func TestPartitionsEdgePartialAckThenExpiry(t *testing.T) {
 			b.keepLeaseHistory(t)
 			var grp *string
 			if sem == "pubsub" {
-				b.createTopic(t, b.Pool, "t", "semantics => 'pubsub'", "partitions => 1")
-				_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('t', 'g')`)
-				require.NoError(t, err)
+				b.rwPubsub(t, "t", 1, "")
 				grp = ptr("g")
 			} else {
 				b.createTopic(t, b.Pool, "t", "partitions => 1")
@@ -138,9 +146,8 @@ func TestPartitionsEdgeNackPartThenExpiry(t *testing.T) {
 	for _, retry := range []string{"0", "2 seconds"} {
 		t.Run("retry_in="+retry, func(t *testing.T) {
 			b := setup(t)
-			b.createTopic(t, b.Pool, "t", "semantics => 'pubsub'", "partitions => 1")
-			_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('t', 'g')`)
-			require.NoError(t, err)
+			b.rwPubsub(t, "t", 1, "")
+			var err error
 			m := b.rwPubN(t, b.Pool, "t", "k", 4)
 			p1, err := rwRead(b.ctx, b.Pool, "t", ptr("g"), "A", 3, "1 second")
 			require.NoError(t, err)
@@ -169,9 +176,8 @@ func TestPartitionsEdgeNackPartThenExpiry(t *testing.T) {
 func TestPartitionsEdgeNackPartAckRest(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createTopic(t, b.Pool, "t", "semantics => 'pubsub'", "partitions => 1")
-	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('t', 'g')`)
-	require.NoError(t, err)
+	b.rwPubsub(t, "t", 1, "")
+	var err error
 	m := b.rwPubN(t, b.Pool, "t", "k", 4)
 	p1, err := rwRead(b.ctx, b.Pool, "t", ptr("g"), "A", 3, "1 hour")
 	require.NoError(t, err)
@@ -198,9 +204,8 @@ func TestPartitionsEdgeExtendRacingTakeover(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.keepLeaseHistory(t)
-	b.createTopic(t, b.Pool, "t", "semantics => 'pubsub'", "partitions => 1")
-	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('t', 'g')`)
-	require.NoError(t, err)
+	b.rwPubsub(t, "t", 1, "")
+	var err error
 	holder, reader := b.Conn(t), b.Conn(t)
 	m := b.rwPubN(t, b.Pool, "t", "k", 6)
 
@@ -256,9 +261,8 @@ func TestPartitionsEdgeLongAckVsExpiredRead(t *testing.T) {
 		t.Run(fmt.Sprintf("commit=%v", commit), func(t *testing.T) {
 			b := setup(t)
 			b.keepLeaseHistory(t)
-			b.createTopic(t, b.Pool, "t", "semantics => 'pubsub'", "partitions => 1")
-			_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('t', 'g')`)
-			require.NoError(t, err)
+			b.rwPubsub(t, "t", 1, "")
+			var err error
 			worker, other := b.Conn(t), b.Conn(t)
 			m := b.rwPubN(t, b.Pool, "t", "k", 6)
 			p1, err := rwRead(b.ctx, worker, "t", ptr("g"), "A", 3, "1 second")
@@ -301,9 +305,8 @@ func TestPartitionsEdgeAckAfterOwnershipLoss(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.keepLeaseHistory(t)
-	b.createTopic(t, b.Pool, "t", "semantics => 'pubsub'", "partitions => 1")
-	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('t', 'g', heartbeat_timeout => '1 second')`)
-	require.NoError(t, err)
+	b.rwPubsub(t, "t", 1, ", heartbeat_timeout => '1 second'")
+	var err error
 	a, bb := b.Conn(t), b.Conn(t)
 	m := b.rwPubN(t, b.Pool, "t", "k", 6)
 	p1, err := rwRead(b.ctx, a, "t", ptr("g"), "A", 3, "1 hour")
@@ -345,9 +348,8 @@ func TestPartitionsEdgeSameConsumerTwoSessions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.keepLeaseHistory(t)
-	b.createTopic(t, b.Pool, "t", "semantics => 'pubsub'", "partitions => 4")
-	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('t', 'g')`)
-	require.NoError(t, err)
+	b.rwPubsub(t, "t", 4, "")
+	var err error
 	s1, s2 := b.Conn(t), b.Conn(t)
 	b.rwPubN(t, b.Pool, "t", "k", 4)
 	// Cold name (first read of "x" ever, from two sessions at once): the
@@ -490,9 +492,8 @@ func TestPartitionsEdgeExplicitVsAutomaticSameMoment(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.keepLeaseHistory(t)
-	b.createTopic(t, b.Pool, "t", "semantics => 'pubsub'", "partitions => 1")
-	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('t', 'g')`)
-	require.NoError(t, err)
+	b.rwPubsub(t, "t", 1, "")
+	var err error
 	auto, expl := b.Conn(t), b.Conn(t)
 	b.rwPubN(t, b.Pool, "t", "k", 6)
 	tx, err := auto.Begin(b.ctx)
@@ -524,9 +525,8 @@ func TestPartitionsEdgeRaisePWhileBusy(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.keepLeaseHistory(t)
-	b.createTopic(t, b.Pool, "t", "semantics => 'pubsub'", "partitions => 2")
-	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('t', 'g')`)
-	require.NoError(t, err)
+	b.rwPubsub(t, "t", 2, "")
+	var err error
 	pubSeq := func(q querier, s int) {
 		_, err := q.Exec(b.ctx, `SELECT fanout.publish_batch('t', array_agg(jsonb_build_object('k', 'key-' || i, 's', $1::int)),
 			message_groups => array_agg('key-' || i)) FROM generate_series(0, 19) i`, s)
@@ -729,9 +729,8 @@ func TestPartitionsEdgeWholeTransactions(t *testing.T) {
 func TestPartitionsEdgeOutOfOrderCommits(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createTopic(t, b.Pool, "t", "semantics => 'pubsub'", "partitions => 1")
-	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('t', 'g')`)
-	require.NoError(t, err)
+	b.rwPubsub(t, "t", 1, "")
+	var err error
 	pa, pb := b.Conn(t), b.Conn(t)
 	ta, err := pa.Begin(b.ctx)
 	require.NoError(t, err)
@@ -763,9 +762,8 @@ func TestPartitionsEdgeOutOfOrderCommits(t *testing.T) {
 func TestPartitionsEdgeRepeatableReadProducers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createTopic(t, b.Pool, "t", "semantics => 'pubsub'", "partitions => 2")
-	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('t', 'g')`)
-	require.NoError(t, err)
+	b.rwPubsub(t, "t", 2, "")
+	var err error
 	pa := b.Conn(t)
 	ta, err := pa.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	require.NoError(t, err)
@@ -790,9 +788,8 @@ func TestPartitionsEdgeDeadGroupResurrect(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.keepLeaseHistory(t)
-	b.createTopic(t, b.Pool, "t", "semantics => 'pubsub'", "partitions => 2")
-	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('t', 'g', heartbeat_timeout => '1 second', dead_after_misses => 1)`)
-	require.NoError(t, err)
+	b.rwPubsub(t, "t", 2, ", heartbeat_timeout => '1 second', dead_after_misses => 1")
+	var err error
 	m := b.rwPubN(t, b.Pool, "t", "k", 6)
 	p1, err := rwRead(b.ctx, b.Pool, "t", ptr("g"), "A", 3, "1 hour")
 	require.NoError(t, err)
@@ -834,9 +831,8 @@ func TestPartitionsEdgeDeadGroupResurrect(t *testing.T) {
 func TestPartitionsEdgeDropTopicWithPagesOut(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createTopic(t, b.Pool, "t", "semantics => 'pubsub'", "partitions => 2")
-	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.subscribe('t', 'g')`)
-	require.NoError(t, err)
+	b.rwPubsub(t, "t", 2, "")
+	var err error
 	b.rwPubN(t, b.Pool, "t", "k", 3)
 	holder := b.Conn(t)
 	p1, err := rwRead(b.ctx, holder, "t", ptr("g"), "A", 3, "1 hour")
