@@ -179,7 +179,8 @@ func TestConsoleAPI(t *testing.T) {
 	for _, j := range ov.Jobs {
 		jobs[j.Name] = j
 	}
-	require.Len(t, jobs, 5, "discover and the four functions it found (partitions to make ready ahead among them)")
+	require.Len(t, jobs, 6, "discover and the five functions it found (partitions to make ready ahead and the dedupe sweep's first pass among them)")
+	require.Contains(t, jobs, "fanout._cleanup_bookkeeping")
 	require.Equal(t, int64(1), jobs[discoverJobName].Runs)
 	require.NotNil(t, jobs[discoverJobName].LastRun)
 	require.NotNil(t, jobs[discoverJobName].LastDurationSec)

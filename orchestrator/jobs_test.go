@@ -93,7 +93,10 @@ func TestSchedulerJobsRecordMetrics(t *testing.T) {
 
 	res, err := s.RunJob(b.ctx, discoverJobName)
 	require.NoError(t, err)
-	require.EqualValues(t, 1, res.Rows, "one new job")
+	// _manage_partitions, and _cleanup_bookkeeping: the dedupe sweep's first
+	// pass is due once a topic exists.
+	require.EqualValues(t, 2, res.Rows, "two new jobs")
+	require.Equal(t, DefaultCleanupSchedule, jobStatus(t, s, "fanout._cleanup_bookkeeping").Schedule)
 	require.Equal(t, DefaultSchedule, jobStatus(t, s, managePartitions).Schedule)
 
 	res, err = s.RunJob(b.ctx, managePartitions)

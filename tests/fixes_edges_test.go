@@ -110,7 +110,7 @@ func (m *rfModel) db(t *testing.T, b *bundle, topic string) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, len(m.pairs), n)
-	rows, err = b.Pool.Query(b.ctx, `SELECT d.dedupe_key, d.message_id FROM fanout.dedupe d JOIN fanout.topic t USING (topic_id) WHERE t.topic = $1`, topic)
+	rows, err = b.Pool.Query(b.ctx, `SELECT d.dedupe_key, d.message_id FROM `+b.dedupeTable(t, topic)+` d`)
 	require.NoError(t, err)
 	n = 0
 	for rows.Next() {
@@ -182,7 +182,7 @@ func TestFixesEdgePubWindowTakeover(t *testing.T) {
 	got, err := rfBatch(b.ctx, b.Pool, "rf.w", first)
 	require.NoError(t, err)
 	m.check(t, first, got)
-	_, err = b.Pool.Exec(b.ctx, `UPDATE fanout.dedupe SET created_at = created_at - interval '100 days'`)
+	_, err = b.Pool.Exec(b.ctx, `UPDATE `+b.dedupeTable(t, "rf.w")+` SET created_at = created_at - interval '100 days'`)
 	require.NoError(t, err)
 	// expired keys are free again: the model forgets them
 	delete(m.keys, "A")
@@ -292,9 +292,9 @@ func TestFixesEdgePubScriptedHolder(t *testing.T) {
 				require.Equal(t, bres[1], cres[3], "key y new, pair g/2 B's -> B's message")
 			}
 			var dn int64
-			require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT message_id FROM fanout.dedupe WHERE dedupe_key = 'n'`).Scan(&dn))
+			require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT message_id FROM `+b.dedupeTable(t, "rf.h")+` WHERE dedupe_key = 'n'`).Scan(&dn))
 			require.Equal(t, bres[3], dn, "dedupe n -> holder of g/50")
-			require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT message_id FROM fanout.dedupe WHERE dedupe_key = 'y'`).Scan(&dn))
+			require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT message_id FROM `+b.dedupeTable(t, "rf.h")+` WHERE dedupe_key = 'y'`).Scan(&dn))
 			require.Equal(t, cres[3], dn, "dedupe y -> holder of g/2")
 			require.Equal(t, b.count(t, `SELECT count(*) FROM fanout.seq_published`), b.qMessageCount(t, "rf.h"))
 		})
@@ -359,7 +359,7 @@ func TestFixesEdgePubConcurrentRandom(t *testing.T) {
 		t.Errorf("publish failed: %v (state %s)", e, pgState(e))
 	}
 	keys := map[string]int64{}
-	rows, err := b.Pool.Query(b.ctx, `SELECT dedupe_key, message_id FROM fanout.dedupe`)
+	rows, err := b.Pool.Query(b.ctx, `SELECT dedupe_key, message_id FROM `+b.dedupeTable(t, "rf.c"))
 	require.NoError(t, err)
 	for rows.Next() {
 		var kk string
@@ -378,7 +378,7 @@ func TestFixesEdgePubConcurrentRandom(t *testing.T) {
 	}
 	require.Equal(t, int64(len(pairs)), b.qMessageCount(t, "rf.c"), "one message per pair")
 	tbl := pgx.Identifier{b.table(t, "rf.c")}.Sanitize()
-	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.dedupe d WHERE NOT EXISTS (SELECT 1 FROM fanout_data.`+tbl+` m WHERE m.id = d.message_id)`),
+	require.Zero(t, b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, "rf.c")+` d WHERE NOT EXISTS (SELECT 1 FROM fanout_data.`+tbl+` m WHERE m.id = d.message_id)`),
 		"a dedupe row names a message that does not exist")
 	bad := 0
 	for _, r := range all {
@@ -457,7 +457,7 @@ func TestFixesEdgePubRepeatableRead(t *testing.T) {
 	}
 	require.Equal(t, b.count(t, `SELECT count(*) FROM fanout.seq_published`), b.qMessageCount(t, "rf.rr"))
 	tbl := pgx.Identifier{b.table(t, "rf.rr")}.Sanitize()
-	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.dedupe d WHERE NOT EXISTS (SELECT 1 FROM fanout_data.`+tbl+` m WHERE m.id = d.message_id)`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, "rf.rr")+` d WHERE NOT EXISTS (SELECT 1 FROM fanout_data.`+tbl+` m WHERE m.id = d.message_id)`))
 }
 
 // ---------- 2. _release_holds / replay ----------

@@ -42,7 +42,7 @@ func rvKeys(ks ...string) []*string {
 
 func (b *bundle) rvDedupeCount(t *testing.T, topic string) int64 {
 	t.Helper()
-	return b.count(t, `SELECT count(*) FROM fanout.dedupe d JOIN fanout.topic t USING (topic_id) WHERE t.topic = $1`, topic)
+	return b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, topic))
 }
 
 func (b *bundle) rvPub(t *testing.T, q querier, topic, key string) int64 {
@@ -84,7 +84,7 @@ func TestDedupeEdgeArrayShapes(t *testing.T) {
 	}
 	require.Zero(t, b.qMessageCount(t, "rv.shape"), "nothing written by a refused batch")
 	require.Zero(t, b.qMessageCount(t, "rv.shape.seq"))
-	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.dedupe`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM `+b.allDedupe(t)+` d`))
 	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.seq_published`))
 	require.False(t, b.count(t, `SELECT prioritized::int FROM fanout.topic WHERE topic = 'rv.shape'`) == 1,
 		"a refused batch with a priority must not mark the topic prioritized")
@@ -133,7 +133,7 @@ func TestDedupeEdgeArrayBounds(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	tbl := pgx.Identifier{b.table(t, "rv.bounds")}.Sanitize()
-	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM fanout_data.`+tbl+` m JOIN fanout.dedupe d ON d.message_id = m.id
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM fanout_data.`+tbl+` m JOIN `+b.dedupeTable(t, "rv.bounds")+` d ON d.message_id = m.id
 		WHERE m.id = $1 AND m.payload = '{"p":0}' AND d.dedupe_key = 'k0'`, got[0]), "element 0: payload p0 with key k0")
 	// 2-D keys of the right cardinality: pairing follows the flattening.
 	got, err = rvBatch(b.ctx, b.Pool, `SELECT fanout.publish_batch('rv.bounds', ARRAY['{}','{}','{}','{}']::jsonb[],
@@ -170,7 +170,7 @@ func TestDedupeEdgeBatchSizes(t *testing.T) {
 	require.Equal(t, int64(1+n/2), b.qMessageCount(t, "rv.size"))
 	// Payload i went with key i: message big[i] has payload i+1 (first of its pair).
 	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM unnest($1::bigint[]) WITH ORDINALITY u(id, ord)
-		WHERE u.ord % 2 = 1 AND NOT EXISTS (SELECT 1 FROM fanout.dedupe d WHERE d.message_id = u.id)`, big))
+		WHERE u.ord % 2 = 1 AND NOT EXISTS (SELECT 1 FROM `+b.dedupeTable(t, "rv.size")+` d WHERE d.message_id = u.id)`, big))
 	again2, err := rvKeyed(b.ctx, b.Pool, "rv.size", keys)
 	require.NoError(t, err)
 	require.Equal(t, big, again2)
@@ -272,7 +272,7 @@ func TestDedupeEdgeMixedHeld(t *testing.T) {
 			}
 			require.Equal(t, want, b.qMessageCount(t, "rv.mix"), sfx)
 			// the dedupe row points at a message that exists
-			require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM fanout.dedupe d WHERE d.dedupe_key LIKE '%'||$1
+			require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, "rv.mix")+` d WHERE d.dedupe_key LIKE '%'||$1
 				AND NOT EXISTS (SELECT 1 FROM fanout_data.`+pgx.Identifier{b.table(t, "rv.mix")}.Sanitize()+` m WHERE m.id = d.message_id)`, sfx), sfx)
 		}
 	}
@@ -419,7 +419,7 @@ func TestDedupeEdgeIsolation(t *testing.T) {
 				require.Equal(t, orig, got[0], name)
 				require.NoError(t, tx.Commit(b.ctx), name)
 			}
-			require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM fanout.dedupe d WHERE d.dedupe_key = $1 AND d.message_id <> $2`, key, orig), name)
+			require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, "rv.iso")+` d WHERE d.dedupe_key = $1 AND d.message_id <> $2`, key, orig), name)
 			after := b.qMessageCount(t, "rv.iso")
 			if err != nil {
 				require.Equal(t, before+1, after, name)
@@ -444,7 +444,7 @@ func TestDedupeEdgeWindowBatch(t *testing.T) {
 	require.Equal(t, second[0], second[3])
 	require.NotEqual(t, first[1], second[4])
 	require.Equal(t, int64(2+3), b.qMessageCount(t, "rv.win"))
-	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM fanout.dedupe WHERE dedupe_key = 'w' AND message_id = $1`, second[0]))
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, "rv.win")+` WHERE dedupe_key = 'w' AND message_id = $1`, second[0]))
 	// zero window: every publish is new, but repeats within one batch still one id
 	_, err = b.Pool.Exec(b.ctx, `SELECT fanout.alter_topic('rv.win', dedupe_window => '0 seconds')`)
 	require.NoError(t, err)
@@ -463,7 +463,7 @@ func TestDedupeEdgeWindowBatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, p2[0], p2[1])
 	require.NoError(t, tx.Commit(b.ctx))
-	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM fanout.dedupe WHERE dedupe_key = 'tx-key'`))
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, "rv.win")+` WHERE dedupe_key = 'tx-key'`))
 }
 
 // 8. Odd key strings: compared byte-wise, same in both paths.
@@ -656,6 +656,7 @@ func TestDedupeEdgeDropWhileHeld(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.createTopic(t, b.Pool, "rv.drop")
+	keys := b.dedupeTable(t, "rv.drop")
 	holder, dropper, waiter := b.Conn(t), b.Conn(t), b.Conn(t)
 	tx, err := holder.Begin(b.ctx)
 	require.NoError(t, err)
@@ -679,7 +680,7 @@ func TestDedupeEdgeDropWhileHeld(t *testing.T) {
 	require.NoError(t, <-wdone)
 	require.Equal(t, held, wid[0])
 	require.NoError(t, <-ddone)
-	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.dedupe d WHERE NOT EXISTS (SELECT 1 FROM fanout.topic t WHERE t.topic_id = d.topic_id)`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM pg_class WHERE oid = to_regclass($1)`, keys), "the topic's keys went with it")
 	// publish after the drop: PGQ01; recreated topic: key free
 	_, err = rvKeyed(b.ctx, b.Pool, "rv.drop", rvKeys("hk"))
 	requireSQLState(t, err, "PGQ01")
@@ -690,6 +691,7 @@ func TestDedupeEdgeDropWhileHeld(t *testing.T) {
 	require.Equal(t, int64(1), b.qMessageCount(t, "rv.drop"))
 
 	// holder still open when the drop is requested; holder rolls back
+	keys = b.dedupeTable(t, "rv.drop")
 	tx, err = holder.Begin(b.ctx)
 	require.NoError(t, err)
 	_ = b.rvPub(t, tx, "rv.drop", "hk2")
@@ -700,7 +702,8 @@ func TestDedupeEdgeDropWhileHeld(t *testing.T) {
 	b.tWaitBlocked(t, dropper)
 	require.NoError(t, tx.Rollback(b.ctx))
 	require.NoError(t, <-ddone)
-	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.dedupe`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM pg_class WHERE oid = to_regclass($1)`, keys))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM `+b.allDedupe(t)+` d`))
 }
 
 // 12. Same keys, many concurrent batch publishers in opposite orders (no
@@ -787,7 +790,7 @@ func TestDedupeEdgeExpiredTakeoverRace(t *testing.T) {
 		for _, commit := range []bool{true, false} {
 			key := fmt.Sprintf("e-%v-%v", aBatch, commit)
 			old := b.rvPub(t, b.Pool, "rv.take", key)
-			_, err := b.Pool.Exec(b.ctx, `UPDATE fanout.dedupe SET created_at = created_at - interval '2 hours'
+			_, err := b.Pool.Exec(b.ctx, `UPDATE `+b.dedupeTable(t, "rv.take")+` SET created_at = created_at - interval '2 hours'
 				WHERE dedupe_key = $1`, key)
 			require.NoError(t, err)
 			ca, cb := b.Conn(t), b.Conn(t)
@@ -828,7 +831,7 @@ func TestDedupeEdgeExpiredTakeoverRace(t *testing.T) {
 				require.NotEqual(t, old, r[0], key)
 				require.Equal(t, before+2, b.qMessageCount(t, "rv.take"), key)
 			}
-			require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM fanout.dedupe WHERE dedupe_key = $1 AND message_id = $2`, key, r[0]))
+			require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, "rv.take")+` WHERE dedupe_key = $1 AND message_id = $2`, key, r[0]))
 		}
 	}
 	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {

@@ -19,6 +19,25 @@ func (b *bundle) count(t *testing.T, sql string, args ...any) int64 {
 	return n
 }
 
+// dedupeTable is the topic's table of dedupe keys (dedupe_key, message_id,
+// created_at), quoted for SQL.
+func (b *bundle) dedupeTable(t *testing.T, topic string) string {
+	t.Helper()
+	return "fanout_data." + pgx.Identifier{b.table(t, topic) + "_dedupe"}.Sanitize()
+}
+
+// allDedupe is every topic's dedupe keys as one relation (topic_id,
+// dedupe_key, message_id, created_at), to put in a FROM.
+func (b *bundle) allDedupe(t *testing.T) string {
+	t.Helper()
+	var q string
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT '(' || coalesce(string_agg(
+		format('SELECT %s::bigint AS topic_id, d.* FROM fanout_data.%I d', topic_id, data_table || '_dedupe'), ' UNION ALL '),
+		'SELECT NULL::bigint AS topic_id, NULL::text AS dedupe_key, NULL::bigint AS message_id, NULL::timestamptz AS created_at WHERE false')
+		|| ')' FROM fanout.topic`).Scan(&q))
+	return q
+}
+
 // Idempotent publish: a repeated key returns the first message's id and
 // inserts nothing; a key repeated inside one batch too; a key whose
 // transaction rolled back is free again; so is one past the window.
@@ -67,17 +86,19 @@ func TestInboxDedupe(t *testing.T) {
 		dedupe_keys => ARRAY['evt-2']) AS x`).Scan(&batchAgain))
 	require.NotEqual(t, other, batchAgain, "a key past dedupe_window publishes again in a batch")
 	require.Positive(t, b.count(t, `SELECT fanout._cleanup_bookkeeping(now() + interval '1 second')`))
-	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM fanout.dedupe WHERE dedupe_key NOT IN ('evt-1', 'evt-2')`))
+	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, "in.dedupe")+` WHERE dedupe_key NOT IN ('evt-1', 'evt-2')`))
 
-	// fanout.dedupe and fanout.seq_published have no foreign key to the
-	// topic: drop_topic deletes their rows itself.
+	// A topic's dedupe table goes with it; fanout.seq_published has no
+	// foreign key to the topic: drop_topic deletes its rows itself.
 	b.createTopic(t, b.Pool, "in.dropped", "sequence_ordering => true")
 	_, err = b.Pool.Exec(b.ctx, `SELECT fanout.publish('in.dropped', '{}', message_group => 'a', sequence => 1, dedupe_key => 'k')`)
 	require.NoError(t, err)
 	topicID := b.count(t, `SELECT topic_id FROM fanout.topic WHERE topic = 'in.dropped'`)
+	dropped := b.dedupeTable(t, "in.dropped")
+	require.Positive(t, b.count(t, `SELECT count(*) FROM `+dropped))
 	_, err = b.Pool.Exec(b.ctx, `SELECT fanout.drop_topic('in.dropped', force => true)`)
 	require.NoError(t, err)
-	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.dedupe WHERE topic_id = $1`, topicID))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM pg_class WHERE oid = to_regclass($1)`, dropped), "its table of keys is dropped")
 	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.seq_published WHERE topic_id = $1`, topicID))
 }
 
@@ -129,7 +150,7 @@ func TestInboxDedupeBatchWaits(t *testing.T) {
 		} else {
 			require.NotEqual(t, held, got[1], "the key of a rolled-back publish is free for the batch")
 		}
-		require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM fanout.dedupe WHERE dedupe_key = $1 AND message_id = $2`, key, got[1]))
+		require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, "in.wait")+` WHERE dedupe_key = $1 AND message_id = $2`, key, got[1]))
 	}
 	ms := b.read(t, b.Pool, "in.wait", nil, "c", 100, "30 seconds")
 	require.Len(t, ms, 4, "one message per key: the holder's committed one, the batch's three others")
@@ -309,36 +330,42 @@ func TestInboxBadInput(t *testing.T) {
 		_, err := b.Pool.Exec(ctx, c.sql)
 		requireSQLState(t, err, c.state)
 	}
-	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM fanout.dedupe`))
+	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM `+b.allDedupe(t)+` d`))
 	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM fanout.topic`))
 	require.Empty(t, b.read(t, b.Pool, "in.bad", nil, "c", 100, "30 seconds"))
 }
 
 // Cleanup finds expired dedupe keys without an index on created_at: it
-// sweeps fanout.dedupe in block ranges, 100 blocks per call, over several
-// calls (maint_operations lists it while a pass is under way); keys still in
-// their window stay, expired ones go, and a key taken over meanwhile (made
-// new again) stays.
+// sweeps each topic's table of keys in block ranges, 100 blocks per call,
+// topic after topic, over several calls (maint_operations lists it while a
+// pass is under way); keys still in their window stay, expired ones go, a
+// key taken over meanwhile (made new again) stays, and a topic dropped
+// while the pass is under way is passed by.
 func TestInboxDedupeSweep(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.createTopic(t, b.Pool, "in.sweep.old", "dedupe_window => '1 hour'")
+	b.createTopic(t, b.Pool, "in.sweep.gone", "dedupe_window => '1 hour'")
 	b.createTopic(t, b.Pool, "in.sweep.new", "dedupe_window => '1 hour'")
-	// Enough keys for more than one call's blocks, the two topics' rows
-	// interleaved in the blocks.
+	// Enough keys for more than one call's blocks in each table.
 	for i := 0; i < 30; i++ {
-		for _, topic := range []string{"in.sweep.old", "in.sweep.new"} {
+		for _, topic := range []string{"in.sweep.old", "in.sweep.gone", "in.sweep.new"} {
 			_, err := b.Pool.Exec(b.ctx, `SELECT fanout.publish_batch($1, array_fill('{}'::jsonb, ARRAY[1000]),
 				dedupe_keys => (SELECT array_agg($1 || '-' || $2::int || '-' || g) FROM generate_series(1, 1000) g))`, topic, i)
 			require.NoError(t, err)
 		}
 	}
-	blocks := b.count(t, `SELECT pg_relation_size('fanout.dedupe') / current_setting('block_size')::bigint`)
-	require.Greater(t, blocks, int64(200), "the table spans more than two calls' worth of blocks")
-	// The old topic's keys are 2 hours old as far as cleanup is concerned.
-	_, err := b.Pool.Exec(b.ctx, `UPDATE fanout.dedupe d SET created_at = d.created_at - interval '2 hours'
-		FROM fanout.topic t WHERE t.topic_id = d.topic_id AND t.topic = 'in.sweep.old'`)
-	require.NoError(t, err)
+	oldKeys, newKeys := b.dedupeTable(t, "in.sweep.old"), b.dedupeTable(t, "in.sweep.new")
+	for _, tbl := range []string{oldKeys, newKeys} {
+		require.Greater(t, b.count(t, `SELECT pg_relation_size($1::regclass) / current_setting('block_size')::bigint`, tbl),
+			int64(200), "each table spans more than two calls' worth of blocks")
+	}
+	// The old and the dropped topic's keys are 2 hours old as far as cleanup
+	// is concerned.
+	for _, topic := range []string{"in.sweep.old", "in.sweep.gone"} {
+		_, err := b.Pool.Exec(b.ctx, `UPDATE `+b.dedupeTable(t, topic)+` SET created_at = created_at - interval '2 hours'`)
+		require.NoError(t, err)
+	}
 	// One key of the old topic is published again (taken over: new again).
 	var retaken int64
 	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT x FROM fanout.publish_batch('in.sweep.old', ARRAY['{}']::jsonb[],
@@ -350,19 +377,22 @@ func TestInboxDedupeSweep(t *testing.T) {
 		if n == 0 {
 			break
 		}
-		if calls < 2 {
+		if calls == 1 {
 			require.Positive(t, b.count(t, `SELECT count(*) FROM fanout.maint_operations() WHERE func = 'fanout._cleanup_bookkeeping'`),
 				"listed while a sweep pass is under way")
+			require.Equal(t, b.count(t, `SELECT topic_id FROM fanout.topic WHERE topic = 'in.sweep.old'`),
+				b.count(t, `SELECT topic_id FROM fanout.dedupe_sweep`), "the pass is in the first topic's table")
+			_, err := b.Pool.Exec(b.ctx, `SELECT fanout.drop_topic('in.sweep.gone', force => true)`)
+			require.NoError(t, err)
 		}
 		require.Less(t, calls, 1000)
 	}
-	require.Greater(t, calls, 2, "a pass takes more than one call")
-	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM fanout.dedupe d JOIN fanout.topic t USING (topic_id)
-		WHERE t.topic = 'in.sweep.old'`), "the expired keys are gone, the retaken one stays")
-	require.Equal(t, retaken, b.count(t, `SELECT message_id FROM fanout.dedupe WHERE dedupe_key = 'in.sweep.old-0-1'`))
-	require.Equal(t, int64(30000), b.count(t, `SELECT count(*) FROM fanout.dedupe d JOIN fanout.topic t USING (topic_id)
-		WHERE t.topic = 'in.sweep.new'`), "keys within their window stay")
+	require.Greater(t, calls, 4, "a pass takes more than one call per table")
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM `+oldKeys), "the expired keys are gone, the retaken one stays")
+	require.Equal(t, retaken, b.count(t, `SELECT message_id FROM `+oldKeys+` WHERE dedupe_key = 'in.sweep.old-0-1'`))
+	require.Equal(t, int64(30000), b.count(t, `SELECT count(*) FROM `+newKeys), "keys within their window stay")
 	// The pass is over and the next is not due yet: nothing listed.
+	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.dedupe_sweep WHERE next_block IS NOT NULL OR topic_id IS NOT NULL`))
 	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.maint_operations() WHERE func = 'fanout._cleanup_bookkeeping'`))
 	require.Positive(t, b.count(t, `SELECT count(*) FROM fanout.maint_operations(now() + interval '2 hours') WHERE func = 'fanout._cleanup_bookkeeping'`))
 }
@@ -398,7 +428,7 @@ func TestInboxDedupeSubxactBudget(t *testing.T) {
 	require.NoError(t, tx.QueryRow(b.ctx, `SELECT current_setting('fanout.dedupe_subxacts')`).Scan(&used))
 	require.Equal(t, "8", used, "8 subtransactions, then ON CONFLICT")
 	require.NoError(t, tx.Commit(b.ctx))
-	require.Equal(t, int64(12*2+1), b.count(t, `SELECT count(*) FROM fanout.dedupe`))
+	require.Equal(t, int64(12*2+1), b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, "in.budget")))
 	require.Len(t, b.read(t, b.Pool, "in.budget", nil, "c", 100, "30 seconds"), 12*2+1, "one message per key")
 }
 
@@ -444,9 +474,33 @@ func TestInboxDedupeBatchVsBatch(t *testing.T) {
 		} else {
 			require.NotEqual(t, held, got[1], "the key of a rolled-back publish is free for the batch")
 		}
-		require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM fanout.dedupe WHERE dedupe_key = $1 AND message_id = $2`, key, got[1]))
+		require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, "in.bvb")+` WHERE dedupe_key = $1 AND message_id = $2`, key, got[1]))
 	}
 	// The holder's committed message and the batch's two others, then the
 	// batch's three (the holder rolled back).
 	require.Len(t, b.read(t, b.Pool, "in.bvb", nil, "c", 100, "30 seconds"), 1+2+3, "one message per key")
+}
+
+// A dedupe key's limit is 512 characters, not bytes: 512 two-byte
+// characters pass on every path (publish, keyed batch, sequenced batch), 513
+// are refused with nothing written.
+func TestInboxDedupeKeyLengthInCharacters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "in.len")
+	b.createTopic(t, b.Pool, "in.len.seq", "sequence_ordering => true")
+	for i, sql := range []string{
+		`SELECT fanout.publish('in.len', '{}', dedupe_key => repeat('é', $1))`,
+		`SELECT fanout.publish_batch('in.len', ARRAY['{}', '{}']::jsonb[], dedupe_keys => ARRAY['b' || repeat('é', $1 - 1), 'x'])`,
+		`SELECT fanout.publish_batch('in.len.seq', ARRAY['{}']::jsonb[], message_groups => ARRAY['a'], sequences => ARRAY[1],
+			dedupe_keys => ARRAY['s' || repeat('é', $1 - 1)])`,
+	} {
+		_, err := b.Pool.Exec(b.ctx, sql, 513)
+		requireSQLState(t, err, "PGQ03")
+		_, err = b.Pool.Exec(b.ctx, sql, 512)
+		require.NoError(t, err, "path %d", i)
+	}
+	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, "in.len")+` WHERE octet_length(dedupe_key) > 512`))
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, "in.len.seq")))
+	require.Equal(t, int64(3), b.qMessageCount(t, "in.len"))
 }

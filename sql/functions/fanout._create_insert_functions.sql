@@ -10,7 +10,7 @@
 -- deliver_at, priority, dedupe_window) RETURNS bigint[] for
 -- fanout.publish_batch with dedupe keys, a delivery time or a priority: it
 -- checks the keys (PGQ03: empty or over 512 characters), takes the ids (in
--- input order) and, when every key is new, claims them in fanout.dedupe and
+-- input order) and, when every key is new, claims them in m<id>_dedupe and
 -- inserts the messages in one statement, in a subtransaction (at most 8 per
 -- transaction); when a key exists or repeats in the batch, or the 8 are used
 -- up, it claims each distinct key with INSERT ... ON CONFLICT (in key order),
@@ -18,7 +18,12 @@
 -- gives each other element the id its key has (published before, by a
 -- concurrent transaction the claim waited for, or by an earlier element of
 -- the batch). Returns the ids in input order. Without keys it is a plain
--- insert with a delivery time and priority.
+-- insert with a delivery time and priority. And
+-- m<id>_claim(key, id, window) RETURNS bigint for fanout.publish with a
+-- dedupe key: claims the key for id in the topic's table of keys
+-- (m<id>_dedupe; a row past the window is taken over) and returns the id
+-- the key has then: id when claimed, else the one it was published with
+-- (after waiting for a concurrent claim's transaction).
 -- Their INSERTs are static SQL,
 -- so each session plans them once: planning an INSERT into a partitioned
 -- table on every publish (dynamic SQL) cost more than the insert itself.
@@ -121,7 +126,7 @@ BEGIN
             END IF;
             -- The ids, in input order, and the first bad key, in one pass.
             SELECT array_agg(nextval(%3$L::regclass) ORDER BY u.ord), count(u.k),
-                   min(u.ord) FILTER (WHERE u.k = '' OR length(u.k) > 512)
+                   min(u.ord) FILTER (WHERE u.k = '' OR octet_length(u.k) > 512 AND length(u.k) > 512)
             INTO v_ids, v_keyed, v_bad
             FROM unnest(p_keys) WITH ORDINALITY AS u(k, ord);
             IF v_bad IS NOT NULL THEN
@@ -147,8 +152,8 @@ BEGIN
                 PERFORM set_config('fanout.dedupe_subxacts', (v_used + 1)::text, true);
                 BEGIN
                     WITH claim AS (
-                        INSERT INTO fanout.dedupe (topic_id, dedupe_key, message_id, created_at)
-                        SELECT %6$s, u.k, u.id, clock_timestamp()
+                        INSERT INTO fanout_data.%6$I (dedupe_key, message_id, created_at)
+                        SELECT u.k, u.id, clock_timestamp()
                         FROM unnest(p_keys, v_ids) AS u(k, id)
                         WHERE u.k IS NOT NULL
                         ORDER BY u.k)
@@ -163,13 +168,13 @@ BEGIN
             -- Each distinct key once, its first element's id; a row past
             -- the window is taken over.
             WITH claimed AS (
-                INSERT INTO fanout.dedupe AS d (topic_id, dedupe_key, message_id, created_at)
-                SELECT %6$s, f.k, f.id, clock_timestamp()
+                INSERT INTO fanout_data.%6$I AS d (dedupe_key, message_id, created_at)
+                SELECT f.k, f.id, clock_timestamp()
                 FROM (SELECT DISTINCT ON (u.k) u.k, u.id
                       FROM unnest(p_keys, v_ids) WITH ORDINALITY AS u(k, id, ord)
                       WHERE u.k IS NOT NULL ORDER BY u.k, u.ord) f
                 ORDER BY f.k
-                ON CONFLICT (topic_id, dedupe_key) DO UPDATE
+                ON CONFLICT (dedupe_key) DO UPDATE
                 SET message_id = excluded.message_id, created_at = excluded.created_at
                 WHERE d.created_at < clock_timestamp() - p_window
                 RETURNING d.message_id)
@@ -192,12 +197,33 @@ BEGIN
                 -- waited for.
                 SELECT array_agg(coalesce(x.id, d.message_id) ORDER BY x.ord) INTO v_ids
                 FROM unnest(v_ids, p_keys) WITH ORDINALITY AS x(id, k, ord)
-                LEFT JOIN fanout.dedupe d ON x.id IS NULL AND d.topic_id = %6$s AND d.dedupe_key = x.k;
+                LEFT JOIN fanout_data.%6$I d ON x.id IS NULL AND d.dedupe_key = x.k;
             END IF;
             RETURN v_ids;
         END
         $body$$ddl$, v_table || '_insert_keyed', v_table, 'fanout_data.' || quote_ident(v_seq), v_kcol,
-        fanout._kpart_expr(v_parts, 'u.g'), p_topic_id);
+        fanout._kpart_expr(v_parts, 'u.g'), v_table || '_dedupe');
+    EXECUTE format($ddl$
+        CREATE OR REPLACE FUNCTION fanout_data.%1$I(p_key text, p_id bigint, p_window interval)
+        RETURNS bigint
+        LANGUAGE plpgsql
+        SET search_path = pg_catalog, fanout, pg_temp
+        AS $body$
+        DECLARE
+            v_taken bigint;
+        BEGIN
+            INSERT INTO fanout_data.%2$I AS d (dedupe_key, message_id, created_at)
+            VALUES (p_key, p_id, clock_timestamp())
+            ON CONFLICT (dedupe_key) DO UPDATE
+            SET message_id = excluded.message_id, created_at = excluded.created_at
+            WHERE d.created_at < clock_timestamp() - p_window
+            RETURNING d.message_id INTO v_taken;
+            IF v_taken IS NULL THEN
+                SELECT d.message_id INTO STRICT v_taken FROM fanout_data.%2$I d WHERE d.dedupe_key = p_key;
+            END IF;
+            RETURN v_taken;
+        END
+        $body$$ddl$, v_table || '_claim', v_table || '_dedupe');
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(jsonb, jsonb, text) FROM PUBLIC', v_table || '_insert');
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(jsonb[], jsonb[], text[], text[], timestamptz, smallint, interval) FROM PUBLIC',
                    v_table || '_insert_keyed');
@@ -205,5 +231,6 @@ BEGIN
                    v_table || '_insert_one');
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(jsonb[], jsonb[], text[]) FROM PUBLIC',
                    v_table || '_insert_batch');
+    EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(text, bigint, interval) FROM PUBLIC', v_table || '_claim');
 END
 $fn$;

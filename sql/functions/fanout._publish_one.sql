@@ -3,7 +3,8 @@
 -- plain insert path does not take (the message was checked by the caller).
 --   p_dedupe_key  idempotent publish: within the topic's dedupe_window a
 --                 key that was already published returns that message's id
---                 and inserts nothing. The key is claimed in fanout.dedupe
+--                 and inserts nothing. The key is claimed in the topic's
+--                 fanout_data.m<id>_dedupe (through m<id>_claim)
 --                 before the message gets its id: a concurrent publisher of
 --                 the same key waits for the first one's transaction, then
 --                 gets its id (or takes the key if it rolled back). Under
@@ -20,7 +21,7 @@
 --                 (fanout.seq_published; concurrent publishers wait as for
 --                 dedupe keys).
 -- Returns the message id. Raises PGQ03 (empty or over-long dedupe key).
--- Tables: fanout.dedupe, fanout.seq_published, fanout.topic (prioritized),
+-- Tables: fanout_data.m<topic_id>_dedupe, fanout.seq_published, fanout.topic (prioritized),
 -- fanout_data.m<topic_id> (through m<id>_insert_one).
 CREATE OR REPLACE FUNCTION fanout._publish_one(
     p_t fanout.topic, p_payload jsonb, p_headers jsonb, p_message_group text,
@@ -34,23 +35,17 @@ DECLARE
     v_taken bigint;
 BEGIN
     IF p_dedupe_key IS NOT NULL THEN
-        IF p_dedupe_key = '' OR length(p_dedupe_key) > 512 THEN
+        IF p_dedupe_key = '' OR octet_length(p_dedupe_key) > 512 AND length(p_dedupe_key) > 512 THEN
             RAISE EXCEPTION 'dedupe_key must have 1 to 512 characters, got %', length(p_dedupe_key)
                 USING ERRCODE = 'PGQ03';
         END IF;
         -- The xid before the id (partition rotation relies on it).
         PERFORM pg_current_xact_id();
         v_id := nextval(format('fanout_data.%I', p_t.seq_name)::regclass);
-        INSERT INTO fanout.dedupe AS d (topic_id, dedupe_key, message_id, created_at)
-        VALUES (p_t.topic_id, p_dedupe_key, v_id, clock_timestamp())
-        ON CONFLICT (topic_id, dedupe_key) DO UPDATE
-        SET message_id = excluded.message_id, created_at = excluded.created_at
-        WHERE d.created_at < clock_timestamp() - p_t.dedupe_window
-        RETURNING d.message_id INTO v_taken;
-        IF v_taken IS NULL THEN
+        EXECUTE format('SELECT fanout_data.%I($1, $2, $3)', p_t.data_table || '_claim')
+            INTO v_taken USING p_dedupe_key, v_id, p_t.dedupe_window;
+        IF v_taken <> v_id THEN
             -- Published before, within the window: its id, nothing inserted.
-            SELECT d.message_id INTO STRICT v_taken FROM fanout.dedupe d
-            WHERE d.topic_id = p_t.topic_id AND d.dedupe_key = p_dedupe_key;
             RETURN v_taken;
         END IF;
     END IF;
@@ -68,8 +63,9 @@ BEGIN
             SELECT s.message_id INTO STRICT v_taken FROM fanout.seq_published s
             WHERE s.topic_id = p_t.topic_id AND s.message_group = p_message_group AND s.seq = p_seq;
             IF p_dedupe_key IS NOT NULL THEN
-                UPDATE fanout.dedupe d SET message_id = v_taken
-                WHERE d.topic_id = p_t.topic_id AND d.dedupe_key = p_dedupe_key;
+                EXECUTE format('UPDATE fanout_data.%I d SET message_id = $1 WHERE d.dedupe_key = $2',
+                               p_t.data_table || '_dedupe')
+                    USING v_taken, p_dedupe_key;
             END IF;
             RETURN v_taken;
         END IF;

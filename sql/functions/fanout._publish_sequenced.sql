@@ -5,7 +5,7 @@
 -- batches sharing keys or sequences wait for each other instead of
 -- deadlocking (40P01), whatever order their elements come in:
 --   1. the dedupe keys, each distinct key once (its first element), in key
---      order, in fanout.dedupe (INSERT ... ON CONFLICT, a row past the
+--      order, in the topic's m<id>_dedupe (INSERT ... ON CONFLICT, a row past the
 --      window taken over), as fanout._publish_one does for one key;
 --   2. then the (message_group, sequence) of every element that claimed
 --      its key or has none, each pair once (its first element), in that
@@ -20,7 +20,8 @@
 -- Returns the ids in input order. Raises PGQ03 (empty or over-long dedupe
 -- key; nothing written). Under REPEATABLE READ, waiting for a concurrent
 -- claim ends in 40001 (as in fanout._publish_one).
--- Tables: fanout.dedupe, fanout.seq_published, fanout_data.m<topic_id>.
+-- Tables: fanout_data.m<topic_id>_dedupe, fanout.seq_published,
+-- fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout._publish_sequenced(
     p_t fanout.topic, p_payloads jsonb[], p_headers jsonb[], p_groups text[], p_keys text[], p_seqs bigint[])
 RETURNS SETOF bigint
@@ -35,7 +36,7 @@ DECLARE
     v_bad   bigint;
 BEGIN
     SELECT min(u.ord) INTO v_bad FROM unnest(p_keys) WITH ORDINALITY AS u(k, ord)
-    WHERE u.k = '' OR length(u.k) > 512;
+    WHERE u.k = '' OR octet_length(u.k) > 512 AND length(u.k) > 512;
     IF v_bad IS NOT NULL THEN
         RAISE EXCEPTION 'dedupe_key must have 1 to 512 characters, got %',
             (SELECT length(u.k) FROM unnest(p_keys) WITH ORDINALITY AS u(k, ord) WHERE u.ord = v_bad)
@@ -47,18 +48,20 @@ BEGIN
     FROM unnest(p_payloads) WITH ORDINALITY AS u(p, ord);
 
     IF p_keys IS NOT NULL THEN
-        WITH claimed AS (
-            INSERT INTO fanout.dedupe AS d (topic_id, dedupe_key, message_id, created_at)
-            SELECT p_t.topic_id, f.k, f.id, clock_timestamp()
-            FROM (SELECT DISTINCT ON (u.k) u.k, u.id
-                  FROM unnest(p_keys, v_ids) WITH ORDINALITY AS u(k, id, ord)
-                  WHERE u.k IS NOT NULL ORDER BY u.k, u.ord) f
-            ORDER BY f.k
-            ON CONFLICT (topic_id, dedupe_key) DO UPDATE
-            SET message_id = excluded.message_id, created_at = excluded.created_at
-            WHERE d.created_at < clock_timestamp() - p_t.dedupe_window
-            RETURNING d.message_id)
-        SELECT coalesce(array_agg(c.message_id), '{}') INTO v_keys FROM claimed c;
+        EXECUTE format($q$
+            WITH claimed AS (
+                INSERT INTO fanout_data.%I AS d (dedupe_key, message_id, created_at)
+                SELECT f.k, f.id, clock_timestamp()
+                FROM (SELECT DISTINCT ON (u.k) u.k, u.id
+                      FROM unnest($1, $2) WITH ORDINALITY AS u(k, id, ord)
+                      WHERE u.k IS NOT NULL ORDER BY u.k, u.ord) f
+                ORDER BY f.k
+                ON CONFLICT (dedupe_key) DO UPDATE
+                SET message_id = excluded.message_id, created_at = excluded.created_at
+                WHERE d.created_at < clock_timestamp() - $3
+                RETURNING d.message_id)
+            SELECT coalesce(array_agg(c.message_id), '{}') FROM claimed c$q$, p_t.data_table || '_dedupe')
+            INTO v_keys USING p_keys, v_ids, p_t.dedupe_window;
     END IF;
 
     WITH claimed AS (
@@ -74,12 +77,14 @@ BEGIN
     SELECT coalesce(array_agg(c.message_id), '{}') INTO v_seqs FROM claimed c;
 
     IF cardinality(v_keys) > 0 THEN
-        UPDATE fanout.dedupe d SET message_id = sp.message_id
-        FROM unnest(p_keys, p_groups, p_seqs, v_ids) AS u(k, g, s, id)
-        JOIN fanout.seq_published sp
-          ON sp.topic_id = p_t.topic_id AND sp.message_group = u.g AND sp.seq = u.s
-        WHERE u.id IN (SELECT unnest(v_keys)) AND u.id NOT IN (SELECT unnest(v_seqs))
-          AND d.topic_id = p_t.topic_id AND d.dedupe_key = u.k;
+        EXECUTE format($q$
+            UPDATE fanout_data.%I d SET message_id = sp.message_id
+            FROM unnest($1, $2, $3, $4) AS u(k, g, s, id)
+            JOIN fanout.seq_published sp
+              ON sp.topic_id = $5 AND sp.message_group = u.g AND sp.seq = u.s
+            WHERE u.id IN (SELECT unnest($6)) AND u.id NOT IN (SELECT unnest($7))
+              AND d.dedupe_key = u.k$q$, p_t.data_table || '_dedupe')
+            USING p_keys, p_groups, p_seqs, v_ids, p_t.topic_id, v_keys, v_seqs;
     END IF;
 
     -- (A sequence-ordered topic is never partitioned and refuses priorities
@@ -92,16 +97,16 @@ BEGIN
         ORDER BY u.ord$q$, p_t.data_table)
         USING v_ids, p_payloads, p_headers, p_groups, p_seqs, v_seqs;
 
-    RETURN QUERY
-    SELECT CASE
-               WHEN u.id IN (SELECT unnest(v_seqs)) THEN u.id
-               WHEN u.k IS NULL OR u.id IN (SELECT unnest(v_keys)) THEN
-                   (SELECT sp.message_id FROM fanout.seq_published sp
-                    WHERE sp.topic_id = p_t.topic_id AND sp.message_group = u.g AND sp.seq = u.s)
-               ELSE (SELECT d.message_id FROM fanout.dedupe d
-                     WHERE d.topic_id = p_t.topic_id AND d.dedupe_key = u.k)
-           END
-    FROM unnest(v_ids, p_keys, p_groups, p_seqs) WITH ORDINALITY AS u(id, k, g, s, ord)
-    ORDER BY u.ord;
+    RETURN QUERY EXECUTE format($q$
+        SELECT CASE
+                   WHEN u.id IN (SELECT unnest($5)) THEN u.id
+                   WHEN u.k IS NULL OR u.id IN (SELECT unnest($6)) THEN
+                       (SELECT sp.message_id FROM fanout.seq_published sp
+                        WHERE sp.topic_id = $7 AND sp.message_group = u.g AND sp.seq = u.s)
+                   ELSE (SELECT d.message_id FROM fanout_data.%I d WHERE d.dedupe_key = u.k)
+               END
+        FROM unnest($1, $2, $3, $4) WITH ORDINALITY AS u(id, k, g, s, ord)
+        ORDER BY u.ord$q$, p_t.data_table || '_dedupe')
+        USING v_ids, p_keys, p_groups, p_seqs, v_seqs, v_keys, p_t.topic_id;
 END
 $fn$;

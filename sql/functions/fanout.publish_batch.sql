@@ -10,7 +10,7 @@
 -- Returns the message ids in input order.
 -- Raises: as fanout.publish, naming the offending element; PGQ03 when the
 -- arrays' lengths differ. Nothing is written when any element is bad.
--- Tables: fanout.topic, fanout.consumer_group, fanout.dedupe,
+-- Tables: fanout.topic, fanout.consumer_group, fanout_data.m<topic_id>_dedupe,
 -- fanout.seq_published, fanout_data.m<topic_id> (through
 -- fanout_data.m<topic_id>_insert_batch, fanout_data.m<topic_id>_insert_keyed
 -- or fanout._publish_sequenced).

@@ -3,14 +3,17 @@
 -- pages then raises PGQ10; a page taken over by another member: 7 days and
 -- an hour, the longest its messages can be held), members not seen for
 -- 7 days, event_log rows older than 30 days and dedupe keys older than
--- their topic's dedupe_window: those are found by a sweep over
--- fanout.dedupe in block ranges (it has no index on created_at), 100 blocks
--- per call, one pass at a time (see fanout.dedupe_sweep for the pace).
--- Bounded: at most 10,000 rows of each other kind per call. Returns how many
--- rows were deleted plus how many dedupe blocks were swept; call again while
--- it returns > 0. Takes its own advisory lock.
--- Tables: fanout.lease, fanout.member, fanout.event_log, fanout.dedupe,
--- fanout.dedupe_sweep, fanout.seq_published.
+-- their topic's dedupe_window: those are found by a sweep over each
+-- topic's fanout_data.m<id>_dedupe in block ranges (it has no index on
+-- created_at), 100 blocks per call, one pass over the topics at a time (see
+-- fanout.dedupe_sweep for the pace). Bounded: at most 10,000 rows of each
+-- other kind, 100 dedupe blocks and 1,000 topics passed per call. Returns
+-- how many rows were deleted plus how many dedupe blocks were swept and
+-- topics passed; call again while it returns > 0. Takes its own advisory
+-- lock.
+-- Tables: fanout.lease, fanout.member, fanout.event_log,
+-- fanout_data.m<topic_id>_dedupe, fanout.dedupe_sweep, fanout.topic (key
+-- share lock on the swept topic's row), fanout.seq_published.
 CREATE OR REPLACE FUNCTION fanout._cleanup_bookkeeping(p_now timestamptz DEFAULT now())
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
@@ -21,6 +24,9 @@ DECLARE
     v_done    int := 0;
     v_sweep   fanout.dedupe_sweep;
     v_hi      bigint;
+    v_i       int;
+    v_table   text;
+    v_window  interval;
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
     IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_bookkeeping', 0)) THEN
@@ -62,20 +68,48 @@ BEGIN
             OR v_sweep.pass_started <= p_now - (
                 SELECT greatest(interval '1 minute', least(min(t.dedupe_window) / 8, interval '1 hour'))
                 FROM fanout.topic t)) THEN
-        -- A new pass, over the blocks there now.
+        -- A new pass, from the first topic on.
+        v_sweep.topic_id := 0;
         v_sweep.next_block := 0;
-        v_sweep.pass_end := pg_relation_size('fanout.dedupe') / current_setting('block_size')::bigint;
+        v_sweep.pass_end := 0;
         v_sweep.pass_started := p_now;
     END IF;
     IF v_sweep.next_block IS NOT NULL THEN
-        v_hi := least(v_sweep.next_block + 100, v_sweep.pass_end);
-        DELETE FROM fanout.dedupe d USING fanout.topic t
-        WHERE d.ctid >= format('(%s,0)', v_sweep.next_block)::tid AND d.ctid < format('(%s,0)', v_hi)::tid
-          AND t.topic_id = d.topic_id AND d.created_at < p_now - t.dedupe_window;
-        GET DIAGNOSTICS v_n = ROW_COUNT;
-        v_done := v_done + v_n + (v_hi - v_sweep.next_block)::int;
+        -- Past the blocks of this topic's table: on to the next topic's (the
+        -- blocks there now), at most 1,000 topics per call.
+        FOR v_i IN 1 .. 1000 LOOP
+            EXIT WHEN v_sweep.next_block < v_sweep.pass_end;
+            v_done := v_done + 1;
+            SELECT t.topic_id, coalesce(pg_relation_size(to_regclass(format('fanout_data.%I', t.data_table || '_dedupe'))), 0)
+                               / current_setting('block_size')::bigint
+            INTO v_sweep.topic_id, v_sweep.pass_end
+            FROM fanout.topic t WHERE t.topic_id > v_sweep.topic_id ORDER BY t.topic_id LIMIT 1;
+            IF NOT FOUND THEN
+                v_sweep.topic_id := NULL;  -- the pass is over
+                EXIT;
+            END IF;
+            v_sweep.next_block := 0;
+        END LOOP;
+        IF v_sweep.topic_id IS NOT NULL AND v_sweep.next_block < v_sweep.pass_end THEN
+            v_hi := least(v_sweep.next_block + 100, v_sweep.pass_end);
+            -- The topic row's key share lock keeps a drop of the topic out
+            -- until this transaction ends; a topic being dropped is passed by.
+            SELECT t.data_table, t.dedupe_window INTO v_table, v_window
+            FROM fanout.topic t WHERE t.topic_id = v_sweep.topic_id
+            FOR KEY SHARE SKIP LOCKED;
+            IF FOUND THEN
+                EXECUTE format('DELETE FROM fanout_data.%I d WHERE d.ctid >= $1 AND d.ctid < $2 AND d.created_at < $3',
+                               v_table || '_dedupe')
+                    USING format('(%s,0)', v_sweep.next_block)::tid, format('(%s,0)', v_hi)::tid, p_now - v_window;
+                GET DIAGNOSTICS v_n = ROW_COUNT;
+                v_done := v_done + v_n;
+            END IF;
+            v_done := v_done + (v_hi - v_sweep.next_block)::int;
+            v_sweep.next_block := v_hi;
+        END IF;
         UPDATE fanout.dedupe_sweep s
-        SET next_block = CASE WHEN v_hi < v_sweep.pass_end THEN v_hi END,
+        SET topic_id = v_sweep.topic_id,
+            next_block = CASE WHEN v_sweep.topic_id IS NOT NULL THEN v_sweep.next_block END,
             pass_end = v_sweep.pass_end, pass_started = v_sweep.pass_started;
     END IF;
     -- Published (aggregate, sequence) pairs past their topic's max_retention.

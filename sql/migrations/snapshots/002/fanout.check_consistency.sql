@@ -3,7 +3,8 @@
 -- and counters agree; no open lease or retry belongs to a cancelled group; a
 -- message is not both in a retry and an open lease of one group; queue topics
 -- have exactly one implicit group and pubsub topics none; every topic has an
--- open partition and every catalogued partition exists (and vice versa);
+-- open partition and every catalogued partition exists (and vice versa), and
+-- its table of dedupe keys exists;
 -- group windows are ordered (xmax(lo) <= xmax(hi)); reference mode: the
 -- topic's required_mask matches its groups, and no pending message still
 -- requires a group that is gone (dead or cancelled with its release done,
@@ -68,11 +69,15 @@ BEGIN
     FROM fanout.partition p JOIN fanout.topic t USING (topic_id)
     WHERE to_regclass(format('fanout_data.%I', p.relname)) IS NULL
     UNION ALL
+    SELECT t.topic, NULL, NULL, 'error', format('table of dedupe keys %s does not exist', t.data_table || '_dedupe')
+    FROM fanout.topic t
+    WHERE to_regclass(format('fanout_data.%I', t.data_table || '_dedupe')) IS NULL    UNION ALL
     SELECT NULL, NULL, NULL, 'error', format('table fanout_data.%s is not catalogued', c.relname)
     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE n.nspname = 'fanout_data' AND c.relkind IN ('r', 'p')
       AND NOT EXISTS (SELECT 1 FROM fanout.partition p WHERE p.relname = c.relname)
       AND NOT EXISTS (SELECT 1 FROM fanout.topic t WHERE t.data_table = c.relname)
+      AND NOT EXISTS (SELECT 1 FROM fanout.topic t WHERE t.data_table || '_dedupe' = c.relname)
       -- reference mode: the completion table and its partitions
       AND NOT EXISTS (SELECT 1 FROM fanout.topic t
                       WHERE t.completion = 'reference' AND t.data_table || '_done' = c.relname)

@@ -1,7 +1,8 @@
 -- fanout.create_topic(topic, semantics, completion, retention, ...options):
 -- creates a topic: its catalog row, its message table fanout_data.m<id>
 -- (range-partitioned by message id, first partition created now), its id
--- sequence, its generated insert and page functions (fanout_data.m<id>_*),
+-- sequence, its table of dedupe keys (fanout_data.m<id>_dedupe), its
+-- generated insert and page functions (fanout_data.m<id>_*),
 -- the NOTIFY trigger (when notify) and, for queue topics, the one
 -- implicit consumer group.
 -- Idempotent: called again with the same settings it returns the same id;
@@ -139,6 +140,14 @@ BEGIN
         v_new.data_table, 'fanout_data.' || quote_ident(v_new.seq_name));
     EXECUTE format('ALTER SEQUENCE fanout_data.%I OWNED BY fanout_data.%I.id', v_new.seq_name, v_new.data_table);
     EXECUTE format('CREATE INDEX %I ON fanout_data.%I (txid, id)', v_new.data_table || '_txid_id', v_new.data_table);
+    -- Idempotent publish: the id each dedupe key got (why a table per topic:
+    -- the schema's comment above fanout.dedupe_sweep).
+    EXECUTE format($ddl$
+        CREATE TABLE fanout_data.%I (
+            dedupe_key  text COLLATE "C" PRIMARY KEY,
+            message_id  bigint      NOT NULL,
+            created_at  timestamptz NOT NULL
+        )$ddl$, v_new.data_table || '_dedupe');
     -- Delayed messages (publish(..., deliver_at)): counted by fanout.topics.
     EXECUTE format('CREATE INDEX %I ON fanout_data.%I (deliver_at) WHERE deliver_at IS NOT NULL',
                    v_new.data_table || '_deliver_at', v_new.data_table);

@@ -6,8 +6,9 @@
 -- wait for the drop and then get PGQ01 (fanout._enter).
 -- Raises: PGQ01, PGQ08 (active groups or undelivered messages; pass force),
 -- PGQ21 (no admin grant).
--- Tables: every fanout table row of the topic, fanout_data.m<topic_id> (and
--- fanout_data.m<topic_id>_done in reference mode).
+-- Tables: every fanout table row of the topic, fanout_data.m<topic_id>,
+-- fanout_data.m<topic_id>_dedupe (and fanout_data.m<topic_id>_done in
+-- reference mode).
 CREATE OR REPLACE FUNCTION fanout.drop_topic(topic text, force boolean DEFAULT false)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
@@ -49,6 +50,7 @@ BEGIN
         END IF;
     END IF;
     EXECUTE format('DROP TABLE fanout_data.%I', v_t.data_table);
+    EXECUTE format('DROP TABLE fanout_data.%I', v_t.data_table || '_dedupe');
     EXECUTE format('DROP TABLE IF EXISTS fanout_data.%I', v_t.data_table || '_done');  -- reference mode
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(smallint, bigint[])', v_t.data_table || '_done_add');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(jsonb, jsonb, text)', v_t.data_table || '_insert');
@@ -64,9 +66,9 @@ BEGIN
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(int, xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint)',
                    v_t.data_table || '_kpage');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(bigint, bigint[], xid8[], int[])', v_t.data_table || '_rows');
-    -- No foreign keys on these two (their checks cost every publish), nor on
+    EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(text, bigint, interval)', v_t.data_table || '_claim');
+    -- No foreign key on this one (its check cost every publish), nor on
     -- leases (below).
-    DELETE FROM fanout.dedupe d WHERE d.topic_id = v_t.topic_id;
     DELETE FROM fanout.seq_published s WHERE s.topic_id = v_t.topic_id;
     -- Leases have no foreign key to their group (its check locked the group
     -- row on every page): they go here. No reader can add one meanwhile

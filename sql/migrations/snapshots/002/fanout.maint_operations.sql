@@ -3,10 +3,14 @@
 -- fanout.run_maintenance) never hard-codes SQL. Call each as
 -- SELECT func(p_now => now()) -- or func(arg, p_now => ...) when arg is not
 -- NULL -- again while it returns > 0. Every listed function is idempotent,
--- bounded and takes its own advisory lock.
+-- bounded and takes its own advisory lock. _cleanup_bookkeeping is listed,
+-- among other reasons, while a pass of the dedupe sweep is under way or
+-- due (an eighth of the shortest dedupe_window after the last began, at
+-- least a minute, at most an hour) and a topic exists: whether any topic's
+-- table of keys has rows is not known without opening each of them.
 -- Reads fanout.topic, fanout.partition, fanout.lease, fanout.member,
 -- fanout.event_log, fanout.consumer_group, fanout.bitmap_job, fanout.topic_state,
--- fanout.dedupe, fanout.dedupe_sweep, fanout.seq_published.
+-- fanout.dedupe_sweep, fanout.seq_published.
 CREATE OR REPLACE FUNCTION fanout.maint_operations(now timestamptz DEFAULT now())
 RETURNS TABLE(func text, arg text)
 LANGUAGE sql STABLE SECURITY DEFINER
@@ -42,7 +46,7 @@ AS $fn$
                           OR s.pass_started <= $1 - (
                               SELECT greatest(interval '1 minute', least(min(t.dedupe_window) / 8, interval '1 hour'))
                               FROM fanout.topic t))
-                         AND EXISTS (SELECT 1 FROM fanout.dedupe)))
+                         AND EXISTS (SELECT 1 FROM fanout.topic)))
        OR EXISTS (SELECT 1 FROM fanout.seq_published s JOIN fanout.topic t ON t.topic_id = s.topic_id
                   WHERE $1 - s.created_at > t.max_retention)
     UNION ALL

@@ -23,7 +23,7 @@
 -- a sequence-ordered topic, or sequence on a topic without sequence_ordering.
 -- Tables: fanout.topic, fanout.consumer_group (pubsub with blocking only),
 -- fanout_data.m<topic_id> (through fanout_data.m<topic_id>_insert), and
--- fanout.dedupe with a dedupe_key.
+-- fanout_data.m<topic_id>_dedupe with a dedupe_key.
 CREATE OR REPLACE FUNCTION fanout.publish(
     topic         text,
     payload       jsonb,
