@@ -698,8 +698,16 @@ func TestPartitionsWithInboxOptions(t *testing.T) {
 	_, err = b.Pool.Exec(ctx, `SELECT fanout.publish_batch('p', array_agg('{}'::jsonb), message_groups => array_agg('h' || i),
 		delay => '0 seconds') FROM generate_series(1, 20) i`)
 	require.NoError(t, err)
+	// A single publish with a dedupe key (claim and insert in one generated
+	// call), twice: one message, with its key partition.
+	var single1, single2 int64
+	for _, id := range []*int64{&single1, &single2} {
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT fanout.publish('p', '{}', message_group => 's1', dedupe_key => 'single',
+			delay => '0 seconds')`).Scan(id))
+	}
+	require.Equal(t, single1, single2)
 	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM fanout_data.`+table).Scan(&n))
-	require.Equal(t, 41, n)
+	require.Equal(t, 42, n)
 	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM fanout_data.`+table+`
 		WHERE kpart IS DISTINCT FROM fanout._kpart_of(message_group, 4)`).Scan(&n))
 	require.Zero(t, n, "a message's kpart is not the hash of its message_group")

@@ -254,6 +254,7 @@ func TestTenantEdgeInternals(t *testing.T) {
 			"SELECT count(*) FROM fanout.seq_wait",
 			fmt.Sprintf("SELECT count(*) FROM fanout_data.m%d_dedupe", f.bqID),
 			fmt.Sprintf("SELECT fanout_data.m%d_claim('k', 1, '1 hour')", f.bqID),
+			fmt.Sprintf("SELECT fanout_data.m%d_insert_claimed('k', '1 hour', '{}', '{}', NULL, NULL, NULL)", f.bqID),
 			fmt.Sprintf("SELECT count(*) FROM fanout_data.m%d", f.bqID),
 			"SELECT * FROM fanout._publish_sequenced(NULL::fanout.topic, NULL::jsonb[], NULL::jsonb[], NULL::text[], NULL::text[], NULL::bigint[])",
 			"SELECT * FROM fanout._kpart_read(NULL::fanout.topic, NULL, NULL, 1, '1 minute', 1, NULL, now())",

@@ -20,10 +20,14 @@
 -- the batch). Returns the ids in input order. Without keys it is a plain
 -- insert with a delivery time and priority. And
 -- m<id>_claim(key, id, window) RETURNS bigint for fanout.publish with a
--- dedupe key: claims the key for id in the topic's table of keys
--- (m<id>_dedupe; a row past the window is taken over) and returns the id
--- the key has then: id when claimed, else the one it was published with
--- (after waiting for a concurrent claim's transaction).
+-- dedupe key and a sequence: claims the key for id in the topic's table of
+-- keys (m<id>_dedupe; a row past the window is taken over) and returns the
+-- id the key has then: id when claimed, else the one it was published with
+-- (after waiting for a concurrent claim's transaction). And
+-- m<id>_insert_claimed(key, window, payload, headers, message_group,
+-- deliver_at, priority) RETURNS bigint for fanout.publish with a dedupe key
+-- and no sequence: the next id, its claim as m<id>_claim's, and the
+-- message when the key was claimed; returns the id the key has.
 -- Their INSERTs are static SQL,
 -- so each session plans them once: planning an INSERT into a partitioned
 -- table on every publish (dynamic SQL) cost more than the insert itself.
@@ -224,6 +228,33 @@ BEGIN
             RETURN v_taken;
         END
         $body$$ddl$, v_table || '_claim', v_table || '_dedupe');
+    EXECUTE format($ddl$
+        CREATE OR REPLACE FUNCTION fanout_data.%1$I(p_key text, p_window interval, p_payload jsonb, p_headers jsonb,
+                                                   p_message_group text, p_deliver_at timestamptz, p_priority smallint)
+        RETURNS bigint
+        LANGUAGE plpgsql
+        SET search_path = pg_catalog, fanout, pg_temp
+        AS $body$
+        DECLARE
+            v_id    bigint := nextval(%3$L::regclass);
+            v_taken bigint;
+        BEGIN
+            INSERT INTO fanout_data.%2$I AS d (dedupe_key, message_id, created_at)
+            VALUES (p_key, v_id, clock_timestamp())
+            ON CONFLICT (dedupe_key) DO UPDATE
+            SET message_id = excluded.message_id, created_at = excluded.created_at
+            WHERE d.created_at < clock_timestamp() - p_window
+            RETURNING d.message_id INTO v_taken;
+            IF v_taken IS NULL THEN
+                SELECT d.message_id INTO STRICT v_taken FROM fanout_data.%2$I d WHERE d.dedupe_key = p_key;
+                RETURN v_taken;
+            END IF;
+            INSERT INTO fanout_data.%4$I (id, headers, message_group, payload, deliver_at, priority%5$s)
+            VALUES (v_id, p_headers, p_message_group, p_payload, p_deliver_at, p_priority%6$s);
+            RETURN v_id;
+        END
+        $body$$ddl$, v_table || '_insert_claimed', v_table || '_dedupe', 'fanout_data.' || quote_ident(v_seq),
+        v_table, v_kcol, fanout._kpart_expr(v_parts, 'p_message_group'));
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(jsonb, jsonb, text) FROM PUBLIC', v_table || '_insert');
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(jsonb[], jsonb[], text[], text[], timestamptz, smallint, interval) FROM PUBLIC',
                    v_table || '_insert_keyed');
@@ -232,5 +263,7 @@ BEGIN
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(jsonb[], jsonb[], text[]) FROM PUBLIC',
                    v_table || '_insert_batch');
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(text, bigint, interval) FROM PUBLIC', v_table || '_claim');
+    EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(text, interval, jsonb, jsonb, text, timestamptz, smallint) FROM PUBLIC',
+                   v_table || '_insert_claimed');
 END
 $fn$;

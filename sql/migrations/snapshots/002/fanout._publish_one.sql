@@ -4,7 +4,8 @@
 --   p_dedupe_key  idempotent publish: within the topic's dedupe_window a
 --                 key that was already published returns that message's id
 --                 and inserts nothing. The key is claimed in the topic's
---                 fanout_data.m<id>_dedupe (through m<id>_claim)
+--                 fanout_data.m<id>_dedupe (through m<id>_insert_claimed,
+--                 or m<id>_claim with a sequence)
 --                 before the message gets its id: a concurrent publisher of
 --                 the same key waits for the first one's transaction, then
 --                 gets its id (or takes the key if it rolled back). Under
@@ -22,7 +23,7 @@
 --                 dedupe keys).
 -- Returns the message id. Raises PGQ03 (empty or over-long dedupe key).
 -- Tables: fanout_data.m<topic_id>_dedupe, fanout.seq_published, fanout.topic (prioritized),
--- fanout_data.m<topic_id> (through m<id>_insert_one).
+-- fanout_data.m<topic_id> (through m<id>_insert_one or m<id>_insert_claimed).
 CREATE OR REPLACE FUNCTION fanout._publish_one(
     p_t fanout.topic, p_payload jsonb, p_headers jsonb, p_message_group text,
     p_dedupe_key text, p_deliver_at timestamptz, p_priority int DEFAULT NULL, p_seq bigint DEFAULT NULL)
@@ -38,6 +39,17 @@ BEGIN
         IF p_dedupe_key = '' OR octet_length(p_dedupe_key) > 512 AND length(p_dedupe_key) > 512 THEN
             RAISE EXCEPTION 'dedupe_key must have 1 to 512 characters, got %', length(p_dedupe_key)
                 USING ERRCODE = 'PGQ03';
+        END IF;
+        IF p_seq IS NULL THEN
+            -- The claim and the insert in one generated call.
+            IF p_priority > 0 AND NOT p_t.prioritized THEN
+                UPDATE fanout.topic t SET prioritized = true WHERE t.topic_id = p_t.topic_id AND NOT t.prioritized;
+            END IF;
+            PERFORM pg_current_xact_id();
+            EXECUTE format('SELECT fanout_data.%I($1, $2, $3, $4, $5, $6, $7)', p_t.data_table || '_insert_claimed')
+                INTO v_id USING p_dedupe_key, p_t.dedupe_window, p_payload, coalesce(p_headers, '{}'::jsonb),
+                                p_message_group, p_deliver_at, nullif(p_priority, 0)::smallint;
+            RETURN v_id;
         END IF;
         -- The xid before the id (partition rotation relies on it).
         PERFORM pg_current_xact_id();

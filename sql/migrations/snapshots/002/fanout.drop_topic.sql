@@ -67,6 +67,8 @@ BEGIN
                    v_t.data_table || '_kpage');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(bigint, bigint[], xid8[], int[])', v_t.data_table || '_rows');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(text, bigint, interval)', v_t.data_table || '_claim');
+    EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(text, interval, jsonb, jsonb, text, timestamptz, smallint)',
+                   v_t.data_table || '_insert_claimed');
     -- No foreign key on this one (its check cost every publish), nor on
     -- leases (below).
     DELETE FROM fanout.seq_published s WHERE s.topic_id = v_t.topic_id;
