@@ -5,8 +5,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -351,12 +351,26 @@ func TestBinaryErrors(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
+// listenedAddr is the address a binary started with --listen 127.0.0.1:0
+// listens on, from its log: the kernel picks a free port at the binary's
+// own listen, so no other process can take it between a test choosing a
+// port and the binary binding it.
+func listenedAddr(t *testing.T, stderr *testdb.SyncBuffer) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	var addr string
+	require.Eventually(t, func() bool {
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			var rec struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "serving /metrics and /healthz" && rec.Addr != "" {
+				addr = rec.Addr
+				return true
+			}
+		}
+		return false
+	}, time.Minute, 50*time.Millisecond, "the binary logs the address it listens on")
 	return addr
 }
 
@@ -371,8 +385,7 @@ func TestBinaryRunAndSigterm(t *testing.T) {
 	b.exec(t, `SELECT fanout.create_topic('events', semantics => 'pubsub')`)
 	b.exec(t, `SELECT fanout.subscribe('events', 'billing', heartbeat_timeout => '1 second', dead_after_misses => 1)`)
 	b.exec(t, `SELECT fanout.subscribe('events', 'search')`)
-	addr := freeAddr(t)
-	cmd := exec.Command(bin, "run", "--listen", addr, "--migrate", "--jitter", "0",
+	cmd := exec.Command(bin, "run", "--listen", "127.0.0.1:0", "--migrate", "--jitter", "0",
 		"--discover-schedule", "@every 1s", "--default-schedule", "@every 1s")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + b.URL, "PGQ_LEADER_ID=bin-1", "PGQ_LOG_LEVEL=debug"}
 	var stderr testdb.SyncBuffer
@@ -386,6 +399,7 @@ func TestBinaryRunAndSigterm(t *testing.T) {
 			t.Logf("stderr:\n%s", stderr.String())
 		}
 	})
+	addr := listenedAddr(t, &stderr)
 
 	require.Eventually(t, func() bool {
 		code, body := httpGet("http://" + addr + "/healthz")
@@ -449,8 +463,7 @@ func httpGet(url string) (int, string) {
 // test ends and waits until it is a healthy leader.
 func startBinary(t *testing.T, b *bundle, extra ...string) (cmd *exec.Cmd, addr string, stderr *testdb.SyncBuffer, exited chan error) {
 	t.Helper()
-	addr = freeAddr(t)
-	args := append([]string{"run", "--listen", addr, "--jitter", "0",
+	args := append([]string{"run", "--listen", "127.0.0.1:0", "--jitter", "0",
 		"--discover-schedule", "@every 1s", "--default-schedule", "@every 1s"}, extra...)
 	cmd = exec.Command(binary(t), args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + b.URL, "PGQ_LOG_LEVEL=debug"}
@@ -465,6 +478,7 @@ func startBinary(t *testing.T, b *bundle, extra ...string) (cmd *exec.Cmd, addr 
 			t.Logf("stderr:\n%s", stderr.String())
 		}
 	})
+	addr = listenedAddr(t, stderr)
 	require.Eventually(t, func() bool {
 		code, body := httpGet("http://" + addr + "/healthz")
 		return code == http.StatusOK && strings.Contains(body, `"leader": true`)
