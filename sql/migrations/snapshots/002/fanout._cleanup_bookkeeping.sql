@@ -7,7 +7,9 @@
 -- topic's fanout_data.m<id>_dedupe in block ranges (it has no index on
 -- created_at), 100 blocks per call, one pass over the topics at a time (see
 -- fanout.dedupe_sweep for the pace). Bounded: at most 10,000 rows of each
--- other kind, 100 dedupe blocks and 1,000 topics passed per call. Returns
+-- other kind, 100 dedupe blocks and 1,000 topics passed (each topic row
+-- locked FOR KEY SHARE SKIP LOCKED: a topic being dropped is passed by) per
+-- call. Returns
 -- how many rows were deleted plus how many dedupe blocks were swept and
 -- topics passed; call again while it returns > 0. Takes its own advisory
 -- lock.
@@ -76,24 +78,31 @@ BEGIN
     END IF;
     IF v_sweep.next_block IS NOT NULL THEN
         -- Past the blocks of this topic's table: on to the next topic's (the
-        -- blocks there now), at most 1,000 topics per call.
+        -- blocks there now), at most 1,000 topics per call. Each topic's row
+        -- is locked (key share) before its table is opened: a drop of the
+        -- topic holds the row and the table; a topic being dropped is passed
+        -- by, never waited for.
         FOR v_i IN 1 .. 1000 LOOP
             EXIT WHEN v_sweep.next_block < v_sweep.pass_end;
             v_done := v_done + 1;
-            SELECT t.topic_id, coalesce(pg_relation_size(to_regclass(format('fanout_data.%I', t.data_table || '_dedupe'))), 0)
-                               / current_setting('block_size')::bigint
-            INTO v_sweep.topic_id, v_sweep.pass_end
+            SELECT t.topic_id INTO v_sweep.topic_id
             FROM fanout.topic t WHERE t.topic_id > v_sweep.topic_id ORDER BY t.topic_id LIMIT 1;
             IF NOT FOUND THEN
                 v_sweep.topic_id := NULL;  -- the pass is over
                 EXIT;
             END IF;
             v_sweep.next_block := 0;
+            v_sweep.pass_end := 0;
+            SELECT t.data_table INTO v_table FROM fanout.topic t WHERE t.topic_id = v_sweep.topic_id
+            FOR KEY SHARE SKIP LOCKED;
+            IF FOUND THEN
+                v_sweep.pass_end := coalesce(pg_relation_size(to_regclass(format('fanout_data.%I', v_table || '_dedupe'))), 0)
+                                    / current_setting('block_size')::bigint;
+            END IF;
         END LOOP;
         IF v_sweep.topic_id IS NOT NULL AND v_sweep.next_block < v_sweep.pass_end THEN
             v_hi := least(v_sweep.next_block + 100, v_sweep.pass_end);
-            -- The topic row's key share lock keeps a drop of the topic out
-            -- until this transaction ends; a topic being dropped is passed by.
+            -- Locked as above (again in a later call of the same pass).
             SELECT t.data_table, t.dedupe_window INTO v_table, v_window
             FROM fanout.topic t WHERE t.topic_id = v_sweep.topic_id
             FOR KEY SHARE SKIP LOCKED;

@@ -41,14 +41,18 @@ BEGIN
                 USING ERRCODE = 'PGQ03';
         END IF;
         IF p_seq IS NULL THEN
-            -- The claim and the insert in one generated call.
-            IF p_priority > 0 AND NOT p_t.prioritized THEN
-                UPDATE fanout.topic t SET prioritized = true WHERE t.topic_id = p_t.topic_id AND NOT t.prioritized;
-            END IF;
+            -- The claim and the insert in one generated call; then, when the
+            -- key was claimed (its id is the one just taken), the topic is
+            -- marked prioritized: the key first, then the topic row, the
+            -- order of every publish path.
             PERFORM pg_current_xact_id();
             EXECUTE format('SELECT fanout_data.%I($1, $2, $3, $4, $5, $6, $7)', p_t.data_table || '_insert_claimed')
                 INTO v_id USING p_dedupe_key, p_t.dedupe_window, p_payload, coalesce(p_headers, '{}'::jsonb),
                                 p_message_group, p_deliver_at, nullif(p_priority, 0)::smallint;
+            IF p_priority > 0 AND NOT p_t.prioritized
+               AND v_id = currval(format('fanout_data.%I', p_t.seq_name)::regclass) THEN
+                UPDATE fanout.topic t SET prioritized = true WHERE t.topic_id = p_t.topic_id AND NOT t.prioritized;
+            END IF;
             RETURN v_id;
         END IF;
         -- The xid before the id (partition rotation relies on it).

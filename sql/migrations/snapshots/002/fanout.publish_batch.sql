@@ -87,14 +87,16 @@ BEGIN
     PERFORM pg_current_xact_id();
     PERFORM fanout._notify_override(v_t, $5, true);
     IF $10 IS NULL AND ($6 IS NOT NULL OR $7 IS NOT NULL OR $8 IS NOT NULL OR $9 IS NOT NULL) THEN
-        IF $9 > 0 AND NOT v_t.prioritized THEN
-            UPDATE fanout.topic t SET prioritized = true WHERE t.topic_id = v_t.topic_id AND NOT t.prioritized;
-        END IF;
         -- Set-based: keys checked, claimed and the messages inserted by the
         -- topic's generated function (static SQL, plans cached per session).
         RETURN QUERY EXECUTE format('SELECT unnest(fanout_data.%I($1, $2, $3, $4, $5, $6, $7))',
                                     v_t.data_table || '_insert_keyed')
             USING $2, $3, $4, $6, v_at, nullif($9, 0)::smallint, v_t.dedupe_window;
+        -- After the keys' claims, as on every publish path: the keys first,
+        -- then the topic row.
+        IF $9 > 0 AND NOT v_t.prioritized THEN
+            UPDATE fanout.topic t SET prioritized = true WHERE t.topic_id = v_t.topic_id AND NOT t.prioritized;
+        END IF;
     ELSIF $10 IS NOT NULL THEN
         -- Sequences (a sequence-ordered topic: no priority, no delivery
         -- time, checked above): keys, then sequences, each in a fixed order.
