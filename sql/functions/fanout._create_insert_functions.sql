@@ -26,8 +26,8 @@
 -- (after waiting for a concurrent claim's transaction). And
 -- m<id>_insert_claimed(key, window, payload, headers, message_group,
 -- deliver_at, priority) RETURNS bigint for fanout.publish with a dedupe key
--- and no sequence: the next id, its claim as m<id>_claim's, and the
--- message when the key was claimed; returns the id the key has.
+-- and no sequence: the next id, its claim (m<id>_claim), and the message
+-- when the key was claimed; returns the id the key has.
 -- Their INSERTs are static SQL,
 -- so each session plans them once: planning an INSERT into a partitioned
 -- table on every publish (dynamic SQL) cost more than the insert itself.
@@ -237,23 +237,16 @@ BEGIN
         AS $body$
         DECLARE
             v_id    bigint := nextval(%3$L::regclass);
-            v_taken bigint;
+            v_taken bigint := fanout_data.%2$I(p_key, v_id, p_window);
         BEGIN
-            INSERT INTO fanout_data.%2$I AS d (dedupe_key, message_id, created_at)
-            VALUES (p_key, v_id, clock_timestamp())
-            ON CONFLICT (dedupe_key) DO UPDATE
-            SET message_id = excluded.message_id, created_at = excluded.created_at
-            WHERE d.created_at < clock_timestamp() - p_window
-            RETURNING d.message_id INTO v_taken;
-            IF v_taken IS NULL THEN
-                SELECT d.message_id INTO STRICT v_taken FROM fanout_data.%2$I d WHERE d.dedupe_key = p_key;
-                RETURN v_taken;
+            IF v_taken <> v_id THEN
+                RETURN v_taken;  -- published before, within the window
             END IF;
             INSERT INTO fanout_data.%4$I (id, headers, message_group, payload, deliver_at, priority%5$s)
             VALUES (v_id, p_headers, p_message_group, p_payload, p_deliver_at, p_priority%6$s);
             RETURN v_id;
         END
-        $body$$ddl$, v_table || '_insert_claimed', v_table || '_dedupe', 'fanout_data.' || quote_ident(v_seq),
+        $body$$ddl$, v_table || '_insert_claimed', v_table || '_claim', 'fanout_data.' || quote_ident(v_seq),
         v_table, v_kcol, fanout._kpart_expr(v_parts, 'p_message_group'));
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(jsonb, jsonb, text) FROM PUBLIC', v_table || '_insert');
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(jsonb[], jsonb[], text[], text[], timestamptz, smallint, interval) FROM PUBLIC',
