@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -488,10 +489,9 @@ func TestDedupePerTopicDropWaitsForSweep(t *testing.T) {
 }
 
 // A drop of a topic whose transaction is still open (the topic's table of
-// keys dropped, not yet committed): the sweep should pass the topic by, as
-// its comment says ("a topic being dropped is passed by"). It sizes every
-// topic's table with pg_relation_size before it locks the topic row, and
-// that waits for the drop's ACCESS EXCLUSIVE lock.
+// keys dropped, not yet committed): the sweep does not wait for it (it
+// locks the topic row, without waiting, before it opens the table; sizing
+// the table first waited for the drop's ACCESS EXCLUSIVE lock).
 func TestDedupePerTopicSweepPassesDropInFlight(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -556,10 +556,10 @@ func TestDedupePerTopicSweepDropDeadlock(t *testing.T) {
 	require.NoError(t, derr, "the drop")
 }
 
-// alter_topic holding its topic's row (FOR UPDATE) while a sweep call gets
-// to that topic: the sweep skips the blocks (SKIP LOCKED) and moves on, so
-// the pass ends with the topic's expired keys still there. Before the table
-// per topic the sweep did not lock topic rows.
+// An alter_topic in flight holds its topic's row: the sweep does not wait
+// for it, and does not pass the topic by either. The pass stays at the topic
+// (each call returns at once) and sweeps its expired keys once the alter
+// has committed.
 func TestDedupePerTopicSweepAlterInFlight(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -573,15 +573,26 @@ func TestDedupePerTopicSweepAlterInFlight(t *testing.T) {
 	defer func() { _ = tx.Rollback(b.ctx) }()
 	_, err = tx.Exec(b.ctx, `SELECT fanout.alter_topic('dp.alt', max_attempts => 7)`)
 	require.NoError(t, err)
-	for i := 0; ; i++ {
-		require.Less(t, i, 100)
-		if b.count(t, `SELECT fanout._cleanup_bookkeeping()`) == 0 {
-			break
-		}
+	sweep := func() int64 {
+		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+		defer cancel()
+		var n int64
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT fanout._cleanup_bookkeeping()`).Scan(&n), "a sweep call waited")
+		return n
 	}
+	for i := 0; sweep() > 0; i++ {
+		require.Less(t, i, 100)
+	}
+	require.Equal(t, int64(100), b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, "dp.alt")), "not swept while altered")
+	require.Equal(t, b.count(t, `SELECT topic_id FROM fanout.topic WHERE topic = 'dp.alt'`),
+		b.count(t, `SELECT topic_id FROM fanout.dedupe_sweep WHERE next_block IS NOT NULL`), "the pass waits at the topic")
 	require.NoError(t, tx.Commit(b.ctx))
+	for i := 0; sweep() > 0; i++ {
+		require.Less(t, i, 100)
+	}
 	require.Zero(t, b.count(t, `SELECT count(*) FROM `+b.dedupeTable(t, "dp.alt")),
 		"the pass ended with the topic's expired keys still there")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.dedupe_sweep WHERE next_block IS NOT NULL`))
 }
 
 // A publisher marking the topic prioritized (FOR NO KEY UPDATE of its row)

@@ -7,9 +7,9 @@
 -- topic's fanout_data.m<id>_dedupe in block ranges (it has no index on
 -- created_at), 100 blocks per call, one pass over the topics at a time (see
 -- fanout.dedupe_sweep for the pace). Bounded: at most 10,000 rows of each
--- other kind, 100 dedupe blocks and 1,000 topics passed (each topic row
--- locked FOR KEY SHARE SKIP LOCKED: a topic being dropped is passed by) per
--- call. Returns
+-- other kind, 100 dedupe blocks and 1,000 topics passed per call; never
+-- waits (a topic whose row an alter or a drop holds is tried again by a
+-- later call, a key a publisher holds is left to the next pass). Returns
 -- how many rows were deleted plus how many dedupe blocks were swept and
 -- topics passed; call again while it returns > 0. Takes its own advisory
 -- lock.
@@ -78,11 +78,24 @@ BEGIN
     END IF;
     IF v_sweep.next_block IS NOT NULL THEN
         -- Past the blocks of this topic's table: on to the next topic's (the
-        -- blocks there now), at most 1,000 topics per call. Each topic's row
-        -- is locked (key share) before its table is opened: a drop of the
-        -- topic holds the row and the table; a topic being dropped is passed
-        -- by, never waited for.
+        -- blocks there now), at most 1,000 topics per call. A topic's row is
+        -- locked (key share) before its table is opened, without waiting:
+        -- a topic whose row is taken (an alter or a drop in flight) is
+        -- tried again by a later call, a dropped one is passed by.
         FOR v_i IN 1 .. 1000 LOOP
+            IF v_sweep.pass_end IS NULL THEN  -- the table not sized yet
+                SELECT t.data_table INTO v_table FROM fanout.topic t WHERE t.topic_id = v_sweep.topic_id
+                FOR KEY SHARE SKIP LOCKED;
+                IF FOUND THEN
+                    v_sweep.pass_end := coalesce(pg_relation_size(to_regclass(
+                                            format('fanout_data.%I', v_table || '_dedupe'))), 0)
+                                        / current_setting('block_size')::bigint;
+                ELSIF EXISTS (SELECT 1 FROM fanout.topic t WHERE t.topic_id = v_sweep.topic_id) THEN
+                    EXIT;  -- taken: a later call
+                ELSE
+                    v_sweep.pass_end := 0;  -- dropped
+                END IF;
+            END IF;
             EXIT WHEN v_sweep.next_block < v_sweep.pass_end;
             v_done := v_done + 1;
             SELECT t.topic_id INTO v_sweep.topic_id
@@ -92,29 +105,30 @@ BEGIN
                 EXIT;
             END IF;
             v_sweep.next_block := 0;
-            v_sweep.pass_end := 0;
-            SELECT t.data_table INTO v_table FROM fanout.topic t WHERE t.topic_id = v_sweep.topic_id
-            FOR KEY SHARE SKIP LOCKED;
-            IF FOUND THEN
-                v_sweep.pass_end := coalesce(pg_relation_size(to_regclass(format('fanout_data.%I', v_table || '_dedupe'))), 0)
-                                    / current_setting('block_size')::bigint;
-            END IF;
+            v_sweep.pass_end := NULL;
         END LOOP;
         IF v_sweep.topic_id IS NOT NULL AND v_sweep.next_block < v_sweep.pass_end THEN
             v_hi := least(v_sweep.next_block + 100, v_sweep.pass_end);
-            -- Locked as above (again in a later call of the same pass).
             SELECT t.data_table, t.dedupe_window INTO v_table, v_window
             FROM fanout.topic t WHERE t.topic_id = v_sweep.topic_id
             FOR KEY SHARE SKIP LOCKED;
             IF FOUND THEN
-                EXECUTE format('DELETE FROM fanout_data.%I d WHERE d.ctid >= $1 AND d.ctid < $2 AND d.created_at < $3',
-                               v_table || '_dedupe')
+                -- Rows a publisher holds (taking an expired key over) are
+                -- left to the next pass: the sweep never waits for one.
+                EXECUTE format($q$
+                    DELETE FROM fanout_data.%1$I d
+                    WHERE d.ctid = ANY (ARRAY(SELECT o.ctid FROM fanout_data.%1$I o
+                                              WHERE o.ctid >= $1 AND o.ctid < $2 AND o.created_at < $3
+                                              FOR UPDATE SKIP LOCKED))
+                      AND d.created_at < $3$q$, v_table || '_dedupe')
                     USING format('(%s,0)', v_sweep.next_block)::tid, format('(%s,0)', v_hi)::tid, p_now - v_window;
                 GET DIAGNOSTICS v_n = ROW_COUNT;
-                v_done := v_done + v_n;
-            END IF;
-            v_done := v_done + (v_hi - v_sweep.next_block)::int;
-            v_sweep.next_block := v_hi;
+                v_done := v_done + v_n + (v_hi - v_sweep.next_block)::int;
+                v_sweep.next_block := v_hi;
+            ELSIF NOT EXISTS (SELECT 1 FROM fanout.topic t WHERE t.topic_id = v_sweep.topic_id) THEN
+                v_done := v_done + 1;  -- dropped: on to the next topic
+                v_sweep.next_block := v_sweep.pass_end;
+            END IF;  -- else taken: a later call
         END IF;
         UPDATE fanout.dedupe_sweep s
         SET topic_id = v_sweep.topic_id,

@@ -37,10 +37,11 @@ BEGIN
     PERFORM fanout._authorize($1, 'admin');
     v_old := fanout._topic($1);
     -- Lock the row here (fanout._topic is STABLE and cannot lock) and re-read
-    -- it: a concurrent alter may have committed meanwhile, or a drop. No key
-    -- changes: FOR NO KEY UPDATE (two alters still exclude each other, and
-    -- the dedupe sweep's key share lock does not make it pass the topic by).
-    SELECT * INTO v_old FROM fanout.topic t WHERE t.topic_id = v_old.topic_id FOR NO KEY UPDATE;
+    -- it: a concurrent alter may have committed meanwhile, or a drop. FOR
+    -- UPDATE, though no key changes: the foreign key check of a group's insert
+    -- (subscribe) must wait for a raise of the partition count
+    -- (fanout._kpart_cursors).
+    SELECT * INTO v_old FROM fanout.topic t WHERE t.topic_id = v_old.topic_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'topic % does not exist', quote_literal($1) USING ERRCODE = 'PGQ01';
     END IF;
