@@ -103,12 +103,7 @@ BEGIN
                          WHERE cg.topic_id = v_t.topic_id AND cg.status <> 'cancelled'
                            AND ((cg.bit_no IS NOT NULL AND cg.status = 'dead')
                                 OR v_p.txid_bound IS NULL OR pg_snapshot_xmin(cg.win_lo) < v_p.txid_bound
-                                OR EXISTS (SELECT 1 FROM fanout.lease l
-                                           WHERE l.group_id = cg.group_id AND l.open_count > 0
-                                             AND l.min_id < v_p.hi_id)
-                                OR EXISTS (SELECT 1 FROM fanout.retry r
-                                           WHERE r.group_id = cg.group_id AND r.message_id >= v_p.lo_id
-                                             AND r.message_id < v_p.hi_id))
+                                OR fanout._group_holds_in(cg.group_id, v_p))
                          ORDER BY cg.group_id LOOP
                     IF g.bit_no IS NOT NULL AND g.status = 'dead' THEN
                         -- Reference mode: a dead group's bit was released, so

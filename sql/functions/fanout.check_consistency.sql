@@ -4,7 +4,8 @@
 -- message is not both in a retry and an open lease of one group; queue topics
 -- have exactly one implicit group and pubsub topics none; every topic has an
 -- open partition and every catalogued partition exists (and vice versa), and
--- its table of dedupe keys exists;
+-- its table of dedupe keys exists; no message a group holds (parked,
+-- retry, open lease) lies in a dropped partition;
 -- group windows are ordered (xmax(lo) <= xmax(hi)); reference mode: the
 -- topic's required_mask matches its groups, and no pending message still
 -- requires a group that is gone (dead or cancelled with its release done,
@@ -71,7 +72,26 @@ BEGIN
     UNION ALL
     SELECT t.topic, NULL, NULL, 'error', format('table of dedupe keys %s does not exist', t.data_table || '_dedupe')
     FROM fanout.topic t
-    WHERE to_regclass(format('fanout_data.%I', t.data_table || '_dedupe')) IS NULL    UNION ALL
+    WHERE to_regclass(format('fanout_data.%I', t.data_table || '_dedupe')) IS NULL
+    UNION ALL
+    -- The drop rule (docs/architecture.md, "Partitions"): a message a group
+    -- holds (parked for its sequence's turn, waiting for a retry, under an
+    -- open lease) pins its partition; cleanup drops it only with the message
+    -- counted as lost and released. One still held in no retained partition
+    -- was dropped uncounted.
+    SELECT t.topic, g.group_name, h.message_id, 'error',
+           format('%s message is in no retained partition (dropped without being counted as lost)', h.kind)
+    FROM (SELECT w.group_id, w.message_id, 'parked' AS kind FROM fanout.seq_wait w
+          UNION ALL
+          SELECT r.group_id, r.message_id, 'retry' FROM fanout.retry r
+          UNION ALL
+          SELECT l.group_id, x, 'leased' FROM fanout.lease l CROSS JOIN LATERAL unnest(l.msg_ids) AS x
+          WHERE l.open_count > 0 AND x <> ALL (l.settled) AND x <> ALL (l.reclaimed)) h
+    JOIN fanout.consumer_group g ON g.group_id = h.group_id JOIN fanout.topic t ON t.topic_id = g.topic_id
+    WHERE NOT EXISTS (SELECT 1 FROM fanout.partition p
+                      WHERE p.topic_id = t.topic_id AND p.truncated_at IS NULL
+                        AND h.message_id >= p.lo_id AND h.message_id < p.hi_id)
+    UNION ALL
     SELECT NULL, NULL, NULL, 'error', format('table fanout_data.%s is not catalogued', c.relname)
     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE n.nspname = 'fanout_data' AND c.relkind IN ('r', 'p')

@@ -1,11 +1,10 @@
 -- fanout._group_passed(p_g, p_part): whether the group is done with every row
--- of a partition: no open lease, pending retry or sequence waiter
--- (fanout.seq_wait) of the group points into it
--- and its stream has no unread message in it (fanout._group_unread, index
--- look-ups only; lying below the group's start is not enough: a transaction
--- that took an id there before the subscription may commit after it). Only exact for
--- rows whose transactions have ended: callers that drop the partition lock
--- it first and ask again.
+-- of a partition: it holds none of them (fanout._group_holds_in: open lease,
+-- pending retry or sequence waiter) and its stream has no unread message in
+-- it (fanout._group_unread, index look-ups only; lying below the group's
+-- start is not enough: a transaction that took an id there before the
+-- subscription may commit after it). Only exact for rows whose transactions
+-- have ended: callers that drop the partition lock it first and ask again.
 -- Reads fanout.lease, fanout.retry, fanout.seq_wait and the partition.
 CREATE OR REPLACE FUNCTION fanout._group_passed(p_g fanout.consumer_group, p_part fanout.partition)
 RETURNS boolean
@@ -13,14 +12,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 BEGIN
-    IF EXISTS (SELECT 1 FROM fanout.lease l
-               WHERE l.group_id = p_g.group_id AND l.open_count > 0 AND l.min_id < p_part.hi_id)
-       OR EXISTS (SELECT 1 FROM fanout.retry r
-                  WHERE r.group_id = p_g.group_id AND r.message_id >= p_part.lo_id
-                    AND r.message_id < p_part.hi_id)
-       OR EXISTS (SELECT 1 FROM fanout.seq_wait w
-                  WHERE w.group_id = p_g.group_id AND w.message_id >= p_part.lo_id
-                    AND w.message_id < p_part.hi_id) THEN
+    IF fanout._group_holds_in(p_g.group_id, p_part) THEN
         RETURN false;
     END IF;
     -- Every txid in a closed partition is below its bound: a bound at or

@@ -5,7 +5,7 @@
 -- no transaction that may have rows in it waits for its stamps to be
 -- reconciled, no backfill still has to stamp it, every message in it is COMPLETED (or unclaimed and past
 -- zero_subscription_retention) and it closed more than retention ago.
--- Reads fanout.consumer_group, fanout.lease, fanout.retry, the partition (and
+-- Reads fanout.consumer_group, fanout.lease, fanout.retry, fanout.seq_wait, the partition (and
 -- in reference mode its completion partition m<topic_id>_done_p<n>).
 CREATE OR REPLACE FUNCTION fanout._partition_droppable(p_t fanout.topic, p_part fanout.partition, p_now timestamptz)
 RETURNS boolean
@@ -71,11 +71,7 @@ BEGIN
         SELECT * FROM fanout.consumer_group cg
         WHERE cg.topic_id = p_t.topic_id AND fanout._group_pins(cg, p_t, p_now)
           AND (p_part.txid_bound IS NULL OR pg_snapshot_xmin(cg.win_lo) < p_part.txid_bound
-               OR EXISTS (SELECT 1 FROM fanout.lease l
-                          WHERE l.group_id = cg.group_id AND l.open_count > 0 AND l.min_id < p_part.hi_id)
-               OR EXISTS (SELECT 1 FROM fanout.retry r
-                          WHERE r.group_id = cg.group_id AND r.message_id >= p_part.lo_id
-                            AND r.message_id < p_part.hi_id))
+               OR fanout._group_holds_in(cg.group_id, p_part))
         ORDER BY pg_snapshot_xmin(cg.win_lo), cg.group_id
     LOOP
         IF NOT fanout._group_passed(g, p_part) THEN

@@ -5,6 +5,9 @@
 -- (attempt counting from 1 again); acking them again is harmless, also in
 -- reference mode (a COMPLETED message stays as it is). Ids under an open
 -- lease of the group or already waiting for a retry are left as they are.
+-- Sequence-ordered topics: a replayed message at its aggregate's turn
+-- becomes the aggregate's current message, so its ack releases the next
+-- sequence (also after seek released it or skipped it).
 -- On queue topics group_name is ignored. Recorded in fanout.event_log.
 -- Returns how many messages were queued for replay.
 -- Raises: PGQ01, PGQ03 (NULL array or element; an id the group has not been
@@ -12,7 +15,7 @@
 -- waits for its sequence's turn), PGQ13, PGQ14, PGQ16 (cancelled
 -- group), PGQ18 (not retained: never existed or its partition was dropped).
 -- Tables: fanout.topic, fanout.consumer_group, fanout.kpart, fanout.lease, fanout.retry,
--- fanout.seq_wait, fanout.event_log, fanout_data.m<topic_id>.
+-- fanout.seq_wait, fanout.seq_state, fanout.event_log, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout.replay(topic text, group_name text, message_ids bigint[])
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
@@ -78,6 +81,24 @@ BEGIN
                         AND u.id <> ALL (l.settled) AND u.id <> ALL (l.reclaimed))
     ON CONFLICT (group_id, message_id) DO NOTHING;
     GET DIAGNOSTICS v_n = ROW_COUNT;
+    IF v_t.sequence_ordering THEN
+        -- A replayed message at its aggregate's turn (next_seq) becomes the
+        -- aggregate's current message, as if the gate had handed it out, so
+        -- that its ack or dead letter releases the successor. After
+        -- seek('latest') released it (or skipped it unread) nothing else
+        -- would: the successor waited for it forever.
+        EXECUTE format(
+            'INSERT INTO fanout.seq_state (group_id, message_group, msg_id)
+             SELECT $1, m.message_group, m.id FROM fanout_data.%I m WHERE m.id = ANY ($2) AND m.seq = 1
+             ON CONFLICT DO NOTHING', v_t.data_table)
+            USING v_g.group_id, v_found.ids;
+        EXECUTE format(
+            'UPDATE fanout.seq_state s SET msg_id = m.id
+             FROM fanout_data.%I m
+             WHERE m.id = ANY ($2) AND s.group_id = $1 AND s.message_group = m.message_group
+               AND s.next_seq = m.seq AND s.msg_id IS NULL', v_t.data_table)
+            USING v_g.group_id, v_found.ids;
+    END IF;
     INSERT INTO fanout.event_log (topic, group_name, kind, count, detail)
     VALUES (v_t.topic, v_g.group_name, 'replay', v_n, jsonb_build_object('message_ids', $3));
     RETURN v_n;

@@ -27,6 +27,7 @@
 {{ template "fanout._grant_matches.sql" . }}
 {{ template "fanout._group_for_admin.sql" . }}
 {{ template "fanout._group_has_backlog.sql" . }}
+{{ template "fanout._group_holds_in.sql" . }}
 {{ template "fanout._group_idle.sql" . }}
 {{ template "fanout._group_passed.sql" . }}
 {{ template "fanout._group_pins.sql" . }}
