@@ -243,13 +243,37 @@ func (r *specRun) step(st specStep) {
 		c := r.session(st.label)
 		if st.background {
 			ch := make(chan specResult, 1)
+			done := make(chan struct{})
 			r.pending[st.label] = ch
-			go func() { ch <- specExec(r.ctx, c, sql) }()
-			r.log = append(r.log, fmt.Sprintf("line %d (%s) started in the background", st.line, st.label))
+			go func() { ch <- specExec(r.ctx, c, sql); close(done) }()
+			r.log = append(r.log, fmt.Sprintf("line %d (%s) started in the background: %s", st.line, st.label,
+				r.untilBlockedOrDone(c.PID(), done)))
 			return
 		}
 		r.settle(st, specExec(stepCtx, c, sql))
 	}
+}
+
+// untilBlockedOrDone waits (up to 10 s) until a background step has
+// finished or its backend waits for a lock, as PostgreSQL's isolation tester
+// does: the next step then runs against a session that is really blocked,
+// not one that has not reached its statement yet.
+func (r *specRun) untilBlockedOrDone(pid uint32, done <-chan struct{}) string {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return "finished"
+		default:
+		}
+		res := specExec(r.ctx, r.checker, fmt.Sprintf(
+			"SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %d AND wait_event_type = 'Lock')", pid))
+		if res.err == nil && res.first == "t" {
+			return "blocked"
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return "neither finished nor blocked after 10 s"
 }
 
 func TestSpecs(t *testing.T) {

@@ -4,7 +4,7 @@
 -- waiters are deleted (sequence-ordered topics keep each aggregate's next_seq,
 -- after applying the acks and dead letters no read has applied yet).
 -- Returns how many messages were released.
--- Tables: fanout.lease, fanout.retry, fanout.seq_wait, fanout.seq_done, fanout.seq_state.
+-- Tables: fanout.kpart, fanout.lease, fanout.retry, fanout.seq_wait, fanout.seq_done, fanout.seq_state.
 CREATE OR REPLACE FUNCTION fanout._release_holds(p_group_id bigint)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -14,6 +14,12 @@ DECLARE
     v_leases bigint;
     v_retry  bigint;
 BEGIN
+    -- Partitioned topics: reads lock their key partition's row, not the
+    -- group's, and hand out its page under that lock. Taking the rows first
+    -- waits for a read in flight, so its page is among the leases below
+    -- (looked for after the wait: a read-committed statement's snapshot),
+    -- not left open behind a partition whose lease_id a caller then clears.
+    PERFORM 1 FROM fanout.kpart k WHERE k.group_id = p_group_id ORDER BY k.kpart FOR UPDATE;
     SELECT coalesce(sum(fanout._lease_settle(o.lease_id, o.ids, true, true)), 0) INTO v_leases
     FROM (SELECT l.lease_id,
                  ARRAY(SELECT x FROM unnest(l.msg_ids) AS x
