@@ -7,7 +7,8 @@
 -- group. Switching is refused (PGQ24: mixing the two in one group) while the
 -- group has an open, unexpired lease, or the other mode was used within
 -- least(heartbeat_timeout, 30 seconds): a live automatic owner, or an
--- explicit read. A switch to explicit frees every partition (generation
+-- explicit read (also one that handed out nothing: fanout._kpart_read
+-- records the attempt). A switch to explicit frees every partition (generation
 -- bumped). Decided under the group row's lock. (An explicit read racing
 -- the first automatic reads of a group may pass before their claims
 -- commit; their next read is refused. One page per partition at a time

@@ -141,6 +141,13 @@ BEGIN
         IF p_partition IS NOT NULL THEN
             SELECT * INTO v_k FROM fanout.kpart k
             WHERE k.group_id = v_k.group_id AND k.kpart = v_k.kpart FOR UPDATE;
+            -- The attempt counts as use of explicit mode, also when it hands
+            -- nothing out (fanout._kpart_mode refuses automatic reads
+            -- meanwhile); written at most once a second per partition.
+            IF v_k.last_read_at IS NULL OR v_k.last_read_at < p_now - interval '1 second' THEN
+                UPDATE fanout.kpart k SET last_read_at = p_now
+                WHERE k.group_id = v_k.group_id AND k.kpart = v_k.kpart;
+            END IF;
         ELSE
             SELECT * INTO v_k FROM fanout.kpart k
             WHERE k.group_id = v_k.group_id AND k.kpart = v_k.kpart AND k.owner = p_consumer
