@@ -16,6 +16,8 @@ CHAOS_PORT     ?= 25435
 CHAOS_FAILOVER_PORT ?= 25436
 # TestChaosShort's clusters (this port and the next).
 CHAOS_CI_PORT  ?= $(shell expr $(TEST_PORT) + 11)
+# TestStaleAckAfterAsyncFailover's primary and standby (this port and the next).
+FAILOVER_PORT  ?= $(shell expr $(TEST_PORT) + 13)
 LISTEN         ?= 127.0.0.1:9187
 
 .PHONY: all help build run test lint deps bench bench-quick chaos verify-sql snapshot-sql db-stop clean
@@ -57,7 +59,8 @@ test: build ## lint + Go tests + psql walkthrough + Python/Node examples + pg_cr
 	@set -e; \
 	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
 	export DATABASE_URL PGQ_TEST_RESTART_PORT=$(RESTART_PORT) PGQ_TEST_PGBOUNCER_PORT=$(PGBOUNCER_PORT) \
-	  PGQ_TEST_CONSOLE_LISTEN=$(LISTEN) PGQ_TEST_CHAOS_PORT=$(CHAOS_CI_PORT); \
+	  PGQ_TEST_CONSOLE_LISTEN=$(LISTEN) PGQ_TEST_CHAOS_PORT=$(CHAOS_CI_PORT) \
+	  PGQ_TEST_FAILOVER_PORT=$(FAILOVER_PORT); \
 	trap 'scripts/test-cleanup.sh "$$DATABASE_URL" || true' EXIT; \
 	scripts/deps.sh ensure pg_cron pgbouncer psycopg node || { \
 	  echo "make test: a component the suite exercises is missing (see above): run 'sudo make deps', then make test" >&2; \
@@ -125,6 +128,8 @@ db-stop: ## stop the throwaway clusters (and the test PgBouncer)
 	-scripts/devdb.sh stop chaos-ci-side
 	-scripts/devdb.sh stop chaos-fo-p
 	-scripts/devdb.sh stop chaos-fo-s
+	-scripts/devdb.sh stop fence-p
+	-scripts/devdb.sh stop fence-s
 
 clean: db-stop ## stop the clusters and delete their data and bin/
 	rm -rf bin .pgq-dev

@@ -6,13 +6,15 @@
 -- until cleanup) by one HOT update that moves it to its next page number;
 -- inserts a slot only when none is free. Free slots that another session
 -- holds locked (an ack in a business transaction) are skipped, never waited
--- for. A slot stops being reused at page 2^32 - 1 (cleanup deletes it).
+-- for. A slot stops being reused at page 2^20 - 1 (cleanup deletes it).
+-- Each page records the server's epoch (fanout._epoch) and the slot's first
+-- page of that epoch (fanout._lock_lease fences ids of other epochs).
 -- p_slot (a key partition's read passes the slot of the partition's previous
 -- page): that slot is tried first, by its key, when it is free. Otherwise
 -- every page read of a member storm looked for the group's most recently
 -- freed slot (a scan and sort of all the group's slots, on the one index by
 -- group), and its 64 owners' reads locked and skipped the same few slots.
--- Returns the new lease id (slot_id * 2^32 + page_no).
+-- Returns the new lease id (slot_id * 2^32 + epoch * 2^20 + page_no).
 -- Tables: fanout.lease.
 CREATE OR REPLACE FUNCTION fanout._lease_open(
     p_group_id bigint, p_consumer text, p_created timestamptz, p_expires timestamptz,
@@ -23,18 +25,21 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE
-    v_min bigint := (SELECT min(x) FROM unnest(p_ids) AS x);
-    v_id  bigint;
+    v_min   bigint := (SELECT min(x) FROM unnest(p_ids) AS x);
+    v_id    bigint;
+    v_epoch int := fanout._epoch();
 BEGIN
     IF p_slot IS NOT NULL THEN
         UPDATE fanout.lease l
-        SET page_no = l.page_no + 1, consumer = p_consumer, created_at = p_created, expires_at = p_expires,
+        SET page_no = l.page_no + 1, epoch = v_epoch,
+            epoch_since = CASE WHEN l.epoch = v_epoch THEN l.epoch_since ELSE l.page_no + 1 END,
+            consumer = p_consumer, created_at = p_created, expires_at = p_expires,
             msg_ids = p_ids, msg_txids = p_txids, attempts = p_atts, settled = '{}', reclaimed = '{}',
             open_count = cardinality(p_ids), min_id = v_min, closed_at = NULL, kpart = p_kpart,
             generation = p_generation
         WHERE l.slot_id = (SELECT f.slot_id FROM fanout.lease f
                            WHERE f.slot_id = p_slot AND f.group_id = p_group_id AND f.open_count = 0
-                             AND f.reclaimed = '{}' AND f.page_no < 4294967295
+                             AND f.reclaimed = '{}' AND f.page_no < 1048575
                            FOR UPDATE SKIP LOCKED)
           AND l.open_count = 0
         RETURNING l.lease_id INTO v_id;
@@ -43,23 +48,25 @@ BEGIN
         END IF;
     END IF;
     UPDATE fanout.lease l
-    SET page_no = l.page_no + 1, consumer = p_consumer, created_at = p_created, expires_at = p_expires,
+    SET page_no = l.page_no + 1, epoch = v_epoch,
+        epoch_since = CASE WHEN l.epoch = v_epoch THEN l.epoch_since ELSE l.page_no + 1 END,
+        consumer = p_consumer, created_at = p_created, expires_at = p_expires,
         msg_ids = p_ids, msg_txids = p_txids, attempts = p_atts, settled = '{}', reclaimed = '{}',
         open_count = cardinality(p_ids), min_id = v_min, closed_at = NULL, kpart = p_kpart,
         generation = p_generation
     WHERE l.slot_id = (SELECT f.slot_id FROM fanout.lease f
                        WHERE f.group_id = p_group_id AND f.open_count = 0 AND f.reclaimed = '{}'
-                         AND f.page_no < 4294967295
+                         AND f.page_no < 1048575
                        ORDER BY f.closed_at DESC
                        LIMIT 1
                        FOR UPDATE SKIP LOCKED)
       AND l.open_count = 0
     RETURNING l.lease_id INTO v_id;
     IF v_id IS NULL THEN
-        INSERT INTO fanout.lease AS l (group_id, consumer, created_at, expires_at, msg_ids, msg_txids, attempts,
-                                       open_count, min_id, kpart, generation)
-        VALUES (p_group_id, p_consumer, p_created, p_expires, p_ids, p_txids, p_atts,
-                cardinality(p_ids), v_min, p_kpart, p_generation)
+        INSERT INTO fanout.lease AS l (group_id, epoch, consumer, created_at, expires_at, msg_ids, msg_txids,
+                                       attempts, open_count, min_id, kpart, generation)
+        VALUES (p_group_id, v_epoch, p_consumer, p_created, p_expires, p_ids, p_txids,
+                p_atts, cardinality(p_ids), v_min, p_kpart, p_generation)
         RETURNING l.lease_id INTO v_id;
     END IF;
     RETURN v_id;

@@ -1,16 +1,23 @@
 -- fanout._lock_lease(p_lease_id): the lease's slot row, locked FOR UPDATE (so
 -- that an ack and a takeover by another reader are serialised). A lease id
--- is slot_id * 2^32 + page_no (fanout._lease_open). An earlier page of the
--- slot (the slot holds a later one) was settled in full by its holder,
--- since a slot with anything taken away is never reused: it comes back
--- unlocked as an empty page (no messages, open_count 0; acking or nacking
--- it again settles nothing), so that a late re-ack never waits for the
--- slot's current holder. Records the lease's consumer as alive
+-- is slot_id * 2^32 + epoch * 2^20 + page_no (fanout._lease_open). An
+-- earlier page of the slot, of the slot's current epoch or before it, was
+-- settled in full by its holder, since a slot with anything taken away is
+-- never reused: it comes back unlocked as an empty page (no messages,
+-- open_count 0; acking or nacking it again settles nothing), so that a late
+-- re-ack never waits for the slot's current holder. A page number of the
+-- slot's current epoch (from epoch_since on) presented with another epoch
+-- was handed out by a server whose history was lost (an asynchronous
+-- failover, or a crash that lost committed transactions): the same page
+-- went out again since, or will, and the stale holder is fenced (PGQ11). So
+-- is a page number the slot has not reached when the id's epoch is not the
+-- running server's. Records the lease's consumer as alive
 -- (fanout._touch_member). The caller must be allowed to consume the lease's
 -- topic (fanout._authorize), checked before the lock so that another tenant
 -- cannot even block the lease.
 -- Raises: PGQ03 NULL id, PGQ10 unknown lease (no such slot, or a page the
--- slot has not reached), PGQ21 no consume grant on its topic.
+-- slot has not reached), PGQ11 a page of a lost history, PGQ21 no consume
+-- grant on its topic.
 -- Tables: fanout.lease, fanout.consumer_group, fanout.topic, fanout.member.
 CREATE OR REPLACE FUNCTION fanout._lock_lease(p_lease_id bigint)
 RETURNS fanout.lease
@@ -18,7 +25,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE
-    v_l fanout.lease;
+    v_l     fanout.lease;
+    v_epoch int := (p_lease_id >> 20) & 4095;
+    v_page  bigint := p_lease_id & 1048575;
 BEGIN
     IF p_lease_id IS NULL THEN
         RAISE EXCEPTION 'lease_id must not be NULL' USING ERRCODE = 'PGQ03';
@@ -38,14 +47,21 @@ BEGIN
             SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = p_lease_id >> 32 FOR UPDATE;
         END IF;
     END IF;
-    IF v_l.slot_id IS NULL OR (p_lease_id & 4294967295) NOT BETWEEN 1 AND v_l.page_no THEN
+    IF v_l.lease_id IS DISTINCT FROM p_lease_id AND p_lease_id > 0 AND v_l.slot_id IS NOT NULL
+       AND ((v_page BETWEEN v_l.epoch_since AND v_l.page_no AND v_epoch <> v_l.epoch)
+            OR (v_page > v_l.page_no AND v_epoch <> fanout._epoch())) THEN
+        RAISE EXCEPTION 'lease % was handed out by a server whose history was lost', p_lease_id
+            USING ERRCODE = 'PGQ11',
+                  HINT = 'a failover or crash rolled its page back; its messages are handed out again: roll back';
+    END IF;
+    IF v_l.slot_id IS NULL OR v_page NOT BETWEEN 1 AND v_l.page_no OR p_lease_id < 0 THEN
         RAISE EXCEPTION 'lease % does not exist', p_lease_id
             USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
     END IF;
     IF v_l.lease_id <> p_lease_id THEN
         -- An earlier page of the slot: settled in full, nothing left of it.
         v_l.lease_id := p_lease_id;
-        v_l.page_no := p_lease_id & 4294967295;
+        v_l.page_no := v_page;
         v_l.msg_ids := '{}';
         v_l.msg_txids := '{}';
         v_l.attempts := '{}';
