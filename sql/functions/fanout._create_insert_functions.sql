@@ -117,6 +117,7 @@ BEGIN
             v_keyed   bigint;
             v_bad     bigint;
             v_used    int;
+            v_snap    pg_snapshot;
         BEGIN
             IF p_keys IS NULL THEN
                 WITH ins AS (
@@ -138,6 +139,10 @@ BEGIN
                     (SELECT length(u.k) FROM unnest(p_keys) WITH ORDINALITY AS u(k, ord) WHERE u.ord = v_bad)
                     USING ERRCODE = 'PGQ03';
             END IF;
+            -- Taken before any wait for a key's holder: a key held by a
+            -- transaction open now is never taken over (see the claim's
+            -- ON CONFLICT below).
+            v_snap := pg_current_snapshot();
             -- The claim and the messages, first as one statement with a
             -- plain INSERT of the keys in a subtransaction: about half the
             -- cost of INSERT ... ON CONFLICT (no speculative insertion). A
@@ -180,7 +185,7 @@ BEGIN
                 ORDER BY f.k
                 ON CONFLICT (dedupe_key) DO UPDATE
                 SET message_id = excluded.message_id, created_at = excluded.created_at
-                WHERE d.created_at < clock_timestamp() - p_window
+                WHERE d.created_at < clock_timestamp() - p_window AND fanout._claim_committed_before(d.xmin, v_snap)
                 RETURNING d.message_id)
             SELECT array_agg(c.message_id) INTO v_claimed FROM claimed c;
             IF coalesce(cardinality(v_claimed), 0) < v_keyed THEN
@@ -221,6 +226,7 @@ BEGIN
             ON CONFLICT (dedupe_key) DO UPDATE
             SET message_id = excluded.message_id, created_at = excluded.created_at
             WHERE d.created_at < clock_timestamp() - p_window
+              AND fanout._claim_committed_before(d.xmin, pg_current_snapshot())
             RETURNING d.message_id INTO v_taken;
             IF v_taken IS NULL THEN
                 SELECT d.message_id INTO STRICT v_taken FROM fanout_data.%2$I d WHERE d.dedupe_key = p_key;

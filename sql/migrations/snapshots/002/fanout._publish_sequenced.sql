@@ -59,6 +59,7 @@ BEGIN
                 ON CONFLICT (dedupe_key) DO UPDATE
                 SET message_id = excluded.message_id, created_at = excluded.created_at
                 WHERE d.created_at < clock_timestamp() - $3
+                  AND fanout._claim_committed_before(d.xmin, pg_current_snapshot())
                 RETURNING d.message_id)
             SELECT coalesce(array_agg(c.message_id), '{}') FROM claimed c$q$, p_t.data_table || '_dedupe')
             INTO v_keys USING p_keys, v_ids, p_t.dedupe_window;

@@ -13,6 +13,7 @@
 {{ template "fanout._check_order_options.sql" . }}
 {{ template "fanout._check_subscribe_limits.sql" . }}
 {{ template "fanout._check_topic_settings.sql" . }}
+{{ template "fanout._claim_committed_before.sql" . }}
 {{ template "fanout._complete_bits.sql" . }}
 {{ template "fanout._create_done_function.sql" . }}
 {{ template "fanout._create_insert_functions.sql" . }}
