@@ -13,7 +13,9 @@ GRANT EXECUTE ON FUNCTION
     fanout.publish(text, jsonb, jsonb, text, boolean, text, timestamptz, interval, int, bigint),
     fanout.publish_batch(text, jsonb[], jsonb[], text[], boolean, text[], timestamptz, interval, int, bigint[]),
     fanout.channel_name(bigint),
-    fanout.partition_of(text, text)
+    fanout.partition_of(text, text),
+    fanout.capture_table(regclass, text, text[], text[]),
+    fanout.uncapture_table(regclass)
 TO fanout_producer;
 
 GRANT EXECUTE ON FUNCTION
@@ -84,6 +86,7 @@ GRANT EXECUTE ON FUNCTION fanout._group_view(bigint) TO fanout_admin, fanout_con
 GRANT EXECUTE ON FUNCTION fanout._kpart_view(bigint, int) TO fanout_admin, fanout_consumer;
 
 GRANT SELECT ON fanout.topics TO fanout_admin, fanout_producer, fanout_consumer;
+GRANT SELECT ON fanout.captures TO fanout_admin, fanout_producer, fanout_consumer;
 GRANT SELECT ON fanout.dead_letters TO fanout_admin, fanout_consumer;
 GRANT SELECT ON fanout.groups TO fanout_admin, fanout_consumer;
 GRANT SELECT ON fanout.partitions TO fanout_admin, fanout_consumer;

@@ -7,6 +7,9 @@
 {{ template "fanout._authorize_all.sql" . }}
 {{ template "fanout._backfill_from.sql" . }}
 {{ template "fanout._caller.sql" . }}
+{{ template "fanout._capture_image.sql" . }}
+{{ template "fanout._capture_key.sql" . }}
+{{ template "fanout._capture_trigger.sql" . }}
 {{ template "fanout._check_grant_args.sql" . }}
 {{ template "fanout._check_message.sql" . }}
 {{ template "fanout._check_name.sql" . }}
@@ -130,6 +133,8 @@
 {{ template "fanout.unsubscribe.sql" . }}
 -- API: publish, subscribe, read, ack (fanout_producer, fanout_consumer).
 {{ template "fanout.ack.sql" . }}
+{{ template "fanout.capture_table.sql" . }}
+{{ template "fanout.captures.sql" . }}
 {{ template "fanout.channel_name.sql" . }}
 {{ template "fanout.dead_letters.sql" . }}
 {{ template "fanout.extend_lease.sql" . }}
@@ -146,5 +151,6 @@
 {{ template "fanout.subscribe.sql" . }}
 {{ template "fanout.topic_grants.sql" . }}
 {{ template "fanout.topics.sql" . }}
+{{ template "fanout.uncapture_table.sql" . }}
 -- Privileges, after every definition.
 {{ template "_grants.sql" . }}

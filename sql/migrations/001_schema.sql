@@ -458,6 +458,23 @@ CREATE TYPE fanout.message_status_row AS (
     message_status  text
 );
 
+-- Change capture (fanout.capture_table): one row per captured table. The
+-- table's four triggers (fanout_capture_ins/_upd/_del/_trunc) name the row
+-- by capture_id, which survives pg_dump/pg_restore (a table's oid does not).
+-- key_columns: the primary key when captured (message_group of every
+-- message); columns: the columns of the row images (NULL: all), minus
+-- exclude_columns. Rows whose triggers are gone (the table was dropped, or
+-- the triggers by hand) are removed by fanout._cleanup_bookkeeping.
+CREATE TABLE fanout.capture (
+    capture_id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    topic           text NOT NULL,
+    key_columns     text[] NOT NULL,
+    columns         text[],
+    exclude_columns text[] NOT NULL DEFAULT '{}',
+    created_by      text NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now()
+);
+
 -- Tenant isolation ----------------------------------------------------------
 -- Per-topic grants (fanout.grant_topic / revoke_topic, view fanout.topic_grants).
 -- A caller needs its group role (fanout_producer / fanout_consumer /

@@ -2,7 +2,8 @@
 -- closed over an hour ago (no read reused them since; an ack of any of their
 -- pages then raises PGQ10; a page taken over by another member: 7 days and
 -- an hour, the longest its messages can be held), members not seen for
--- 7 days, event_log rows older than 30 days and dedupe keys older than
+-- 7 days, captures whose triggers are gone (a dropped table; after an
+-- hour), event_log rows older than 30 days and dedupe keys older than
 -- their topic's dedupe_window: those are found by a sweep over each
 -- topic's fanout_data.m<id>_dedupe in block ranges (it has no index on
 -- created_at), 100 blocks per call, one pass over the topics at a time (see
@@ -13,7 +14,7 @@
 -- how many rows were deleted plus how many dedupe blocks were swept and
 -- topics passed; call again while it returns > 0. Takes its own advisory
 -- lock.
--- Tables: fanout.lease, fanout.member, fanout.event_log,
+-- Tables: fanout.lease, fanout.capture (captures whose triggers are gone), fanout.member, fanout.event_log,
 -- fanout_data.m<topic_id>_dedupe, fanout.dedupe_sweep, fanout.topic (key
 -- share lock on the swept topic's row), fanout.seq_published.
 CREATE OR REPLACE FUNCTION fanout._cleanup_bookkeeping(p_now timestamptz DEFAULT now())
@@ -49,6 +50,14 @@ BEGIN
       AND l.open_count = 0
       AND l.closed_at < p_now - CASE WHEN cardinality(l.reclaimed) > 0
                                      THEN interval '7 days 1 hour' ELSE interval '1 hour' END;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_done := v_done + v_n;
+    -- Captures whose triggers are gone (the table was dropped).
+    DELETE FROM fanout.capture c
+    WHERE c.created_at < p_now - interval '1 hour'
+      AND NOT EXISTS (SELECT 1 FROM pg_trigger tg
+                      WHERE tg.tgname = 'fanout_capture_ins'
+                        AND split_part(encode(tg.tgargs, 'escape'), '\000', 1) = c.capture_id::text);
     GET DIAGNOSTICS v_n = ROW_COUNT;
     v_done := v_done + v_n;
     DELETE FROM fanout.member m

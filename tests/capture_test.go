@@ -1,0 +1,333 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// capturedMsg is one captured change as a consumer reads it.
+type capturedMsg struct {
+	Op      string          `json:"op"`
+	Table   string          `json:"table"`
+	Key     map[string]any  `json:"key"`
+	New     map[string]any  `json:"new"`
+	Old     map[string]any  `json:"old"`
+	Changed []string        `json:"changed"`
+	Group   *string         `json:"-"`
+	Headers json.RawMessage `json:"-"`
+}
+
+// drainCaptured reads everything a topic (queue or group) has and acks it.
+func (b *bundle) drainCaptured(t *testing.T, q querier, topic string, group *string) []capturedMsg {
+	t.Helper()
+	var out []capturedMsg
+	for {
+		ms := b.read(t, q, topic, group, "cap", 1000, "1 minute")
+		if len(ms) == 0 {
+			return out
+		}
+		for _, m := range ms {
+			var c capturedMsg
+			require.NoError(t, json.Unmarshal(m.Payload, &c))
+			c.Group, c.Headers = m.Group, m.Headers
+			out = append(out, c)
+		}
+		b.ack(t, q, ms[0].LeaseID, nil)
+	}
+}
+
+func ops(ms []capturedMsg) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, fmt.Sprintf("%s %v", m.Op, m.Key["id"]))
+	}
+	return out
+}
+
+// Every kind of DML on a captured table becomes one message per row, in the
+// writer's transaction, keyed by the primary key.
+func TestCaptureTableDML(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	db := b.Pool
+	b.createTopic(t, db, "orders.changes")
+	_, err := db.Exec(b.ctx, `CREATE TABLE orders (id int PRIMARY KEY, status text, total numeric, secret text)`)
+	require.NoError(t, err)
+	var id int64
+	require.NoError(t, db.QueryRow(b.ctx,
+		`SELECT fanout.capture_table('orders', 'orders.changes', exclude_columns => ARRAY['secret'])`).Scan(&id))
+	var again int64
+	require.NoError(t, db.QueryRow(b.ctx,
+		`SELECT fanout.capture_table('orders', 'orders.changes', exclude_columns => ARRAY['secret'])`).Scan(&again))
+	require.Equal(t, id, again, "capturing again into the same topic is idempotent")
+
+	for _, sql := range []string{
+		`INSERT INTO orders VALUES (1, 'new', 10, 's1'), (2, 'new', 20, 's2')`,
+		`UPDATE orders SET status = 'paid' WHERE id = 1`,
+		`UPDATE orders SET secret = 'changed' WHERE id = 2`, // only an excluded column: nothing
+		`UPDATE orders SET id = 3 WHERE id = 2`,             // a key change: delete + insert
+		`DELETE FROM orders WHERE id = 1`,
+	} {
+		_, err := db.Exec(b.ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	got := b.drainCaptured(t, db, "orders.changes", nil)
+	require.Equal(t, []string{"insert 1", "insert 2", "update 1", "delete 2", "insert 3", "delete 1"}, ops(got))
+	require.Equal(t, map[string]any{"id": 1.0, "status": "new", "total": 10.0}, got[0].New, "secret is excluded")
+	require.Equal(t, "1", *got[0].Group, "message_group is the primary key")
+	require.Equal(t, []string{"status"}, got[2].Changed)
+	require.Equal(t, map[string]any{"status": "new"}, got[2].Old, "an update's old image has the changed columns")
+	require.Equal(t, "paid", got[2].New["status"])
+	require.Equal(t, "public.orders", got[0].Table)
+	require.JSONEq(t, `{"pgq_capture": "public.orders", "op": "insert"}`, string(got[0].Headers))
+
+	// Rolled back, and rolled back to a savepoint: nothing published.
+	tx, err := db.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, `INSERT INTO orders VALUES (10, 'x', 1, '')`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(b.ctx))
+	tx, err = db.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, `INSERT INTO orders VALUES (11, 'kept', 1, '')`)
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, `SAVEPOINT s; INSERT INTO orders VALUES (12, 'undone', 1, ''); ROLLBACK TO SAVEPOINT s`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(b.ctx))
+	require.Equal(t, []string{"insert 11"}, ops(b.drainCaptured(t, db, "orders.changes", nil)))
+
+	// TRUNCATE is one message.
+	_, err = db.Exec(b.ctx, `TRUNCATE orders`)
+	require.NoError(t, err)
+	got = b.drainCaptured(t, db, "orders.changes", nil)
+	require.Len(t, got, 1)
+	require.Equal(t, "truncate", got[0].Op)
+
+	// Uncapture: no more messages; a second uncapture says it was not captured.
+	var was bool
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT fanout.uncapture_table('orders')`).Scan(&was))
+	require.True(t, was)
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT fanout.uncapture_table('orders')`).Scan(&was))
+	require.False(t, was)
+	_, err = db.Exec(b.ctx, `INSERT INTO orders VALUES (20, 'after', 1, '')`)
+	require.NoError(t, err)
+	require.Empty(t, b.drainCaptured(t, db, "orders.changes", nil))
+	var n int
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT count(*) FROM fanout.captures`).Scan(&n))
+	require.Zero(t, n)
+}
+
+// A statement of 10,000 rows publishes 10,000 messages (never truncated),
+// in the order it wrote them; a key-partitioned pubsub topic keeps each
+// row's changes in order; composite keys; schema changes.
+func TestCaptureTableLargeAndPartitioned(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	db := b.Pool
+	b.createTopic(t, db, "items.changes", "semantics => 'pubsub'", "partitions => 4")
+	_, err := db.Exec(b.ctx, `SELECT fanout.subscribe('items.changes', 'g')`)
+	require.NoError(t, err)
+	_, err = db.Exec(b.ctx, `CREATE TABLE items (shop int, sku int, qty int, PRIMARY KEY (shop, sku))`)
+	require.NoError(t, err)
+	_, err = db.Exec(b.ctx, `SELECT fanout.capture_table('items', 'items.changes')`)
+	require.NoError(t, err)
+	_, err = db.Exec(b.ctx, `INSERT INTO items SELECT 1, s, 0 FROM generate_series(1, 10000) s`)
+	require.NoError(t, err)
+	_, err = db.Exec(b.ctx, `UPDATE items SET qty = qty + 1 WHERE sku <= 3`)
+	require.NoError(t, err)
+	_, err = db.Exec(b.ctx, `ALTER TABLE items ADD COLUMN note text; ALTER TABLE items RENAME COLUMN qty TO quantity`)
+	require.NoError(t, err)
+	_, err = db.Exec(b.ctx, `UPDATE items SET note = 'hi', quantity = 7 WHERE sku = 2`)
+	require.NoError(t, err)
+
+	tbl := b.dataTable(t, "items.changes")
+	var n int
+	require.NoError(t, db.QueryRow(b.ctx,
+		`SELECT count(*) FROM fanout_data.`+tbl+` WHERE payload->>'op' = 'insert'`).Scan(&n))
+	require.Equal(t, 10000, n)
+
+	// Per key: the changes of sku 2, in order.
+	perKey := map[string][]string{}
+	rows, err := db.Query(b.ctx, `SELECT message_group, payload FROM fanout_data.`+tbl+` ORDER BY id`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var g string
+		var p []byte
+		require.NoError(t, rows.Scan(&g, &p))
+		var c capturedMsg
+		require.NoError(t, json.Unmarshal(p, &c))
+		perKey[g] = append(perKey[g], c.Op)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"insert", "update", "update"}, perKey[`{"sku": 2, "shop": 1}`])
+	var last capturedMsg
+	var raw []byte
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT payload FROM fanout_data.`+tbl+` ORDER BY id DESC LIMIT 1`).Scan(&raw))
+	require.NoError(t, json.Unmarshal(raw, &last))
+	require.Equal(t, []string{"note", "quantity"}, last.Changed, "added and renamed columns are captured")
+	require.Equal(t, map[string]any{"shop": 1.0, "sku": 2.0}, last.Key)
+
+	// Read through the group, per key partition, with the partition of the key.
+	var kp int
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT fanout.partition_of('items.changes', $1)`, `{"sku": 2, "shop": 1}`).Scan(&kp))
+	var seen []string
+	for {
+		ms := b.readPartition(t, db, "items.changes", "g", kp)
+		if len(ms) == 0 {
+			break
+		}
+		for _, m := range ms {
+			if m.Group != nil && *m.Group == `{"sku": 2, "shop": 1}` {
+				var c capturedMsg
+				require.NoError(t, json.Unmarshal(m.Payload, &c))
+				seen = append(seen, c.Op)
+			}
+		}
+		b.ack(t, db, ms[0].LeaseID, nil)
+	}
+	require.Equal(t, []string{"insert", "update", "update"}, seen)
+}
+
+func (b *bundle) dataTable(t *testing.T, topic string) string {
+	t.Helper()
+	var tbl string
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT data_table FROM fanout.topic WHERE topic = $1`, topic).Scan(&tbl))
+	return tbl
+}
+
+func (b *bundle) readPartition(t *testing.T, q querier, topic, group string, partition int) []msg {
+	t.Helper()
+	rows, err := q.Query(b.ctx, `SELECT lease_id, message_id, payload, headers, message_group, published_at, attempt
+	                             FROM fanout.read($1, $2, partition => $3, max_messages => 1000)`, topic, group, partition)
+	require.NoError(t, err)
+	ms, err := pgx.CollectRows(rows, pgx.RowToStructByPos[msg])
+	require.NoError(t, err)
+	return ms
+}
+
+// Who may capture, and who may write a captured table: the table's owner
+// with a publish grant captures; a writer needs a publish grant on the
+// topic itself (no grant: its write fails, PGQ21), also through a trigger
+// forged on its own table with another capture's id; bad arguments.
+func TestCaptureTableGrantsAndErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	db := b.Pool
+	b.createTopic(t, db, "a.changes")
+	b.createTopic(t, db, "b.changes")
+	b.tIsolate(t)
+	owner, ownerConn := b.tRole(t, "cap_owner", "fanout_producer")
+	b.tGrant(t, db, "a.%", owner, "publish")
+	writer, writerConn := b.tRole(t, "cap_writer", "fanout_producer")
+	strangerName, stranger := b.tRole(t, "cap_stranger", "fanout_producer")
+	// Runs before the roles are dropped (cleanups run last first): the
+	// roles own objects in the schema.
+	t.Cleanup(func() { _, _ = db.Exec(b.ctx, `DROP SCHEMA IF EXISTS capt CASCADE`) })
+	for _, sql := range []string{
+		`CREATE SCHEMA capt`,
+		fmt.Sprintf(`GRANT USAGE, CREATE ON SCHEMA capt TO %s, %s`, pgx.Identifier{owner}.Sanitize(), pgx.Identifier{writer}.Sanitize()),
+		fmt.Sprintf(`GRANT USAGE ON SCHEMA capt TO %s`, pgx.Identifier{strangerName}.Sanitize()),
+		`CREATE TABLE capt.nokey (x int)`,
+	} {
+		_, err := db.Exec(b.ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	_, err := ownerConn.Exec(b.ctx, `CREATE TABLE capt.t (id int PRIMARY KEY, v text)`)
+	require.NoError(t, err)
+	_, err = ownerConn.Exec(b.ctx, fmt.Sprintf(`GRANT INSERT, UPDATE, DELETE, SELECT ON capt.t TO %s`, pgx.Identifier{writer}.Sanitize()))
+	require.NoError(t, err)
+
+	// Not the owner; no grant on the topic; bad arguments.
+	_, err = stranger.Exec(b.ctx, `SELECT fanout.capture_table('capt.t', 'a.changes')`)
+	requireSQLState(t, err, "PGQ21")
+	_, err = ownerConn.Exec(b.ctx, `SELECT fanout.capture_table('capt.t', 'b.changes')`)
+	requireSQLState(t, err, "PGQ21")
+	_, err = ownerConn.Exec(b.ctx, `SELECT fanout.capture_table('capt.t', 'a.nope')`)
+	requireSQLState(t, err, "PGQ01")
+	_, err = db.Exec(b.ctx, `SELECT fanout.capture_table('capt.nokey', 'a.changes')`)
+	requireSQLState(t, err, "PGQ03")
+	_, err = ownerConn.Exec(b.ctx, `SELECT fanout.capture_table('capt.t', 'a.changes', columns => ARRAY['v', 'nope'])`)
+	requireSQLState(t, err, "PGQ03")
+	_, err = ownerConn.Exec(b.ctx, `SELECT fanout.capture_table(NULL, 'a.changes')`)
+	requireSQLState(t, err, "PGQ03")
+	_, err = ownerConn.Exec(b.ctx, `SELECT fanout.capture_table('capt.t', 'a.changes', columns => ARRAY[NULL])`)
+	requireSQLState(t, err, "PGQ03")
+	var n int
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT count(*) FROM fanout.capture`).Scan(&n))
+	require.Zero(t, n, "failed captures leave nothing behind")
+
+	_, err = ownerConn.Exec(b.ctx, `SELECT fanout.capture_table('capt.t', 'a.changes', columns => ARRAY['v'])`)
+	require.NoError(t, err)
+	_, err = ownerConn.Exec(b.ctx, `SELECT fanout.capture_table('capt.t', 'b.changes')`)
+	requireSQLState(t, err, "PGQ21")
+	_, err = db.Exec(b.ctx, `SELECT fanout.capture_table('capt.t', 'b.changes')`)
+	requireSQLState(t, err, "PGQ03") // captured into another topic already
+
+	// The writer has no publish grant on a.changes: its write fails.
+	_, err = writerConn.Exec(b.ctx, `INSERT INTO capt.t VALUES (1, 'w')`)
+	requireSQLState(t, err, "PGQ21")
+	b.tGrant(t, db, "a.changes", writer, "publish")
+	_, err = writerConn.Exec(b.ctx, `INSERT INTO capt.t VALUES (1, 'w')`)
+	require.NoError(t, err)
+	_, err = ownerConn.Exec(b.ctx, `INSERT INTO capt.t VALUES (2, 'o')`)
+	require.NoError(t, err)
+	got := b.drainCaptured(t, db, "a.changes", nil)
+	require.Equal(t, []string{"insert 1", "insert 2"}, ops(got))
+	require.Equal(t, map[string]any{"v": "w"}, got[0].New, "only the listed columns")
+
+	// A trigger forged on the writer's own table, naming the capture, still
+	// publishes only where the writer may: into a.changes, not b.changes.
+	var capID int64
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT capture_id FROM fanout.captures`).Scan(&capID))
+	_, err = db.Exec(b.ctx, `UPDATE fanout.capture SET topic = 'b.changes'`) // a capture into b
+	require.NoError(t, err)
+	_, err = writerConn.Exec(b.ctx, `CREATE TABLE capt.mine (id int PRIMARY KEY)`)
+	require.NoError(t, err)
+	_, err = writerConn.Exec(b.ctx, fmt.Sprintf(`CREATE TRIGGER forged AFTER INSERT ON capt.mine REFERENCING NEW TABLE AS fanout_new
+	    FOR EACH STATEMENT EXECUTE FUNCTION fanout._capture_trigger('%d')`, capID))
+	if err == nil {
+		_, err = writerConn.Exec(b.ctx, `INSERT INTO capt.mine VALUES (1)`)
+		requireSQLState(t, err, "PGQ21")
+	} else {
+		requireSQLState(t, err, "42501") // no EXECUTE on the trigger function: cannot even create it
+	}
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT count(*) FROM fanout_data.`+b.dataTable(t, "b.changes")).Scan(&n))
+	require.Zero(t, n, "nothing reached b.changes")
+
+	// A dropped table's capture is forgotten by maintenance.
+	_, err = db.Exec(b.ctx, `UPDATE fanout.capture SET topic = 'a.changes'; DROP TABLE capt.t`)
+	require.NoError(t, err)
+	_, err = db.Exec(b.ctx, `SELECT fanout._cleanup_bookkeeping(now() + interval '2 hours')`)
+	require.NoError(t, err)
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT count(*) FROM fanout.capture`).Scan(&n))
+	require.Zero(t, n)
+}
+
+// docs/capture.md's walkthrough runs as written (psql, statement by
+// statement) and prints what its comment shows.
+func TestCaptureDocWalkthrough(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "capture.md"))
+	require.NoError(t, err)
+	m := regexp.MustCompile("(?s)```sql\n(.*?)```").FindSubmatch(doc)
+	require.NotNil(t, m, "docs/capture.md has a sql block")
+	t.Cleanup(func() { _, _ = b.Pool.Exec(b.ctx, `DROP TABLE IF EXISTS shop_orders`) })
+	cmd := exec.CommandContext(b.ctx, "psql", "-X", "-v", "ON_ERROR_STOP=1", "-A", "-F", "|", "-d", b.URL)
+	cmd.Stdin = bytes.NewReader(m[1])
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, want := range []string{"1|insert|\n", "1|update|[\"status\"]\n", "1|delete|\n",
+		"shop_orders|shop.orders.changes|{id}|{card_token}\n"} {
+		require.Contains(t, string(out), want)
+	}
+}
