@@ -7,8 +7,6 @@
 {{ template "fanout._authorize_all.sql" . }}
 {{ template "fanout._backfill_from.sql" . }}
 {{ template "fanout._caller.sql" . }}
-{{ template "fanout._capture_image.sql" . }}
-{{ template "fanout._capture_key.sql" . }}
 {{ template "fanout._capture_trigger.sql" . }}
 {{ template "fanout._check_grant_args.sql" . }}
 {{ template "fanout._check_message.sql" . }}

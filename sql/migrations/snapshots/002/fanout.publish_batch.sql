@@ -74,13 +74,19 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    -- Only the elements that can fail are checked one by one.
+    -- Only the elements that can fail are checked one by one. A message
+    -- group that starts with a visible ASCII character, has 1 to 512
+    -- characters and no control character passes fanout._check_name's
+    -- rules, and is not checked again (a keyed batch of 1,000 spent 120 ms
+    -- in those checks, 4 times its insert).
     FOR r IN
         SELECT u.p, u.h, u.g, u.ord
         FROM unnest($2, $3, $4) WITH ORDINALITY AS u(p, h, g, ord)
         WHERE u.ord = 1 OR u.p IS NULL
-           OR octet_length(u.p::text) + coalesce(octet_length(u.h::text), 0) > v_t.max_payload_bytes
-           OR (u.h IS NOT NULL AND jsonb_typeof(u.h) <> 'object') OR u.g IS NOT NULL
+           OR octet_length(u.p::text) + coalesce(octet_length(u.h::text), 0) + coalesce(octet_length(u.g), 0)
+              > v_t.max_payload_bytes
+           OR (u.h IS NOT NULL AND jsonb_typeof(u.h) <> 'object')
+           OR (u.g IS NOT NULL AND NOT (u.g ~ '^[!-~]' AND char_length(u.g) <= 512 AND u.g !~ '[[:cntrl:]]'))
     LOOP
         PERFORM fanout._check_message(v_t, r.p, r.h, r.g, r.ord::int);
     END LOOP;
