@@ -1,0 +1,102 @@
+package chaos
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestReview26StaleAckAfterCrashRecovery: the lease epoch (fanout._epoch)
+// is the WAL timeline and a hash of pg_postmaster_start_time(). A backend
+// that dies by a signal (an OOM kill, a segfault) makes the postmaster
+// reinitialise and replay the WAL without restarting itself: the timeline
+// and the start time stay, so the epoch stays. With
+// synchronous_commit = off (which docs/architecture.md names as covered:
+// "a crash that loses committed transactions") the replay loses the last
+// read, the same slot's same page goes out again under the very same lease
+// id, and the stale worker's ack settles the new holder's page: messages
+// never processed and never redelivered.
+//
+// Not parallel: it borrows TestStaleAckAfterAsyncFailover's primary port
+// (FAILOVER_PORT) under its own cluster name, and is done (cluster
+// destroyed) before the parallel tests start.
+func TestReview26StaleAckAfterCrashRecovery(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	root, err := repoRoot()
+	require.NoError(t, err)
+	c := &cluster{root: root, name: "crash26", port: failoverPort(t)}
+	require.NoError(t, c.destroy(ctx))
+	t.Cleanup(func() { _ = c.destroy(context.Background()) })
+	admin, err := c.start(ctx)
+	require.NoError(t, err)
+	a := connect(ctx, t, admin)
+	// Asynchronous commit, and a WAL writer that flushes only every 10 s,
+	// so that a commit just before the crash is lost (as it is, by design,
+	// with synchronous_commit = off).
+	for _, sql := range []string{
+		`ALTER SYSTEM SET synchronous_commit = off`, `ALTER SYSTEM SET wal_writer_delay = '10s'`,
+		`ALTER SYSTEM SET autovacuum = off`, `SELECT pg_reload_conf()`,
+	} {
+		_, err := a.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	u, err := freshDatabase(ctx, admin, "crash")
+	require.NoError(t, err)
+	db := connect(ctx, t, u)
+	exec := func(c *pgx.Conn, sql string, args ...any) {
+		t.Helper()
+		_, err := c.Exec(ctx, sql, args...)
+		require.NoError(t, err, sql)
+	}
+	// Everything up to the worker's read is durable (synchronous commits).
+	exec(db, `SET synchronous_commit = on`)
+	exec(db, `SELECT fanout.create_topic('q', max_attempts => 10)`)
+	for i := 0; i < 3; i++ {
+		exec(db, `SELECT fanout.publish('q', jsonb_build_object('tag', 'first', 'i', $1::int))`, i)
+	}
+	l0, _ := readPage(ctx, t, db, `SELECT lease_id, message_id, payload->>'tag' FROM fanout.read('q', consumer => 'w0')`)
+	exec(db, `SELECT fanout.ack($1)`, l0)
+	for i := 0; i < 3; i++ {
+		exec(db, `SELECT fanout.publish('q', jsonb_build_object('tag', 'second', 'i', $1::int))`, i)
+	}
+	var epochBefore int
+	require.NoError(t, db.QueryRow(ctx, `SELECT fanout._epoch()`).Scan(&epochBefore))
+
+	victim := connect(ctx, t, u)
+	var pid int
+	require.NoError(t, victim.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+	w1 := connect(ctx, t, u)
+	l1, m1 := readPage(ctx, t, w1, `SELECT lease_id, message_id, payload->>'tag' FROM fanout.read('q', consumer => 'w1')`)
+	require.Len(t, m1, 3)
+	// A backend dies: the postmaster resets shared memory and replays the WAL.
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	require.Eventually(t, func() bool {
+		var one int
+		return db.QueryRow(ctx, `SELECT 1`).Scan(&one) != nil // the old sessions were terminated
+	}, time.Minute, 50*time.Millisecond)
+	require.NoError(t, waitReady(ctx, u, time.Minute))
+
+	w2 := connect(ctx, t, u)
+	var epochAfter int
+	require.NoError(t, w2.QueryRow(ctx, `SELECT fanout._epoch()`).Scan(&epochAfter))
+	l2, m2 := readPage(ctx, t, w2, `SELECT lease_id, message_id, payload->>'tag' FROM fanout.read('q', consumer => 'w2')`)
+	// The hazard is real: the read was lost, and the same slot's same page
+	// went out again with the same messages.
+	require.Equal(t, l1>>32, l2>>32, "the lost page's slot is reused")
+	require.Equal(t, l1&0xFFFFF, l2&0xFFFFF, "the lost page's number is handed out again")
+	require.Equal(t, m1, m2)
+	t.Logf("epoch before %d, after %d; lost lease %d, new lease %d", epochBefore, epochAfter, l1, l2)
+	assert.NotEqual(t, l1, l2, "the page that went out again must have another lease id than the lost one")
+
+	stale := connect(ctx, t, u)
+	requireCode(ctx, t, stale, "PGQ11", `SELECT fanout.ack($1)`, l1)
+	var n int
+	require.NoError(t, w2.QueryRow(ctx, `SELECT fanout.ack($1)`, l2).Scan(&n))
+	require.Equal(t, 3, n, "the new holder settles its whole page")
+}
