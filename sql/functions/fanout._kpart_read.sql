@@ -154,6 +154,12 @@ BEGIN
             FOR UPDATE SKIP LOCKED;
             CONTINUE WHEN NOT FOUND;
         END IF;
+        -- The group's status again, now that the partition is held: a pause,
+        -- seek or unsubscribe that held it (fanout._release_holds) may have
+        -- committed while this read waited, after the look above.
+        IF (SELECT g.status FROM fanout.consumer_group g WHERE g.group_id = v_g.group_id) <> 'active' THEN
+            RETURN;
+        END IF;
         v_l := NULL;
         IF v_k.lease_id IS NOT NULL THEN
             SELECT * INTO v_l FROM fanout.lease l

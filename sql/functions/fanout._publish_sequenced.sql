@@ -57,9 +57,9 @@ BEGIN
                       WHERE u.k IS NOT NULL ORDER BY u.k, u.ord) f
                 ORDER BY f.k
                 ON CONFLICT (dedupe_key) DO UPDATE
-                SET message_id = excluded.message_id, created_at = excluded.created_at
+                SET message_id = excluded.message_id, created_at = excluded.created_at, claim_txid = excluded.claim_txid
                 WHERE d.created_at < clock_timestamp() - $3
-                  AND fanout._claim_committed_before(d.xmin, pg_current_snapshot())
+                  AND fanout._claim_committed_before(d.claim_txid, pg_current_snapshot())
                 RETURNING d.message_id)
             SELECT coalesce(array_agg(c.message_id), '{}') FROM claimed c$q$, p_t.data_table || '_dedupe')
             INTO v_keys USING p_keys, v_ids, p_t.dedupe_window;

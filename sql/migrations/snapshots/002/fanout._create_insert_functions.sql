@@ -184,8 +184,8 @@ BEGIN
                       WHERE u.k IS NOT NULL ORDER BY u.k, u.ord) f
                 ORDER BY f.k
                 ON CONFLICT (dedupe_key) DO UPDATE
-                SET message_id = excluded.message_id, created_at = excluded.created_at
-                WHERE d.created_at < clock_timestamp() - p_window AND fanout._claim_committed_before(d.xmin, v_snap)
+                SET message_id = excluded.message_id, created_at = excluded.created_at, claim_txid = excluded.claim_txid
+                WHERE d.created_at < clock_timestamp() - p_window AND fanout._claim_committed_before(d.claim_txid, v_snap)
                 RETURNING d.message_id)
             SELECT array_agg(c.message_id) INTO v_claimed FROM claimed c;
             IF coalesce(cardinality(v_claimed), 0) < v_keyed THEN
@@ -224,9 +224,9 @@ BEGIN
             INSERT INTO fanout_data.%2$I AS d (dedupe_key, message_id, created_at)
             VALUES (p_key, p_id, clock_timestamp())
             ON CONFLICT (dedupe_key) DO UPDATE
-            SET message_id = excluded.message_id, created_at = excluded.created_at
+            SET message_id = excluded.message_id, created_at = excluded.created_at, claim_txid = excluded.claim_txid
             WHERE d.created_at < clock_timestamp() - p_window
-              AND fanout._claim_committed_before(d.xmin, pg_current_snapshot())
+              AND fanout._claim_committed_before(d.claim_txid, pg_current_snapshot())
             RETURNING d.message_id INTO v_taken;
             IF v_taken IS NULL THEN
                 SELECT d.message_id INTO STRICT v_taken FROM fanout_data.%2$I d WHERE d.dedupe_key = p_key;

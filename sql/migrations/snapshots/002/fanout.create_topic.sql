@@ -146,7 +146,8 @@ BEGIN
         CREATE TABLE fanout_data.%I (
             dedupe_key  text COLLATE "C" PRIMARY KEY,
             message_id  bigint      NOT NULL,
-            created_at  timestamptz NOT NULL
+            created_at  timestamptz NOT NULL,
+            claim_txid  xid8        NOT NULL DEFAULT pg_current_xact_id()  -- the claiming top-level transaction
         )$ddl$, v_new.data_table || '_dedupe');
     -- Delayed messages (publish(..., deliver_at)): counted by fanout.topics.
     EXECUTE format('CREATE INDEX %I ON fanout_data.%I (deliver_at) WHERE deliver_at IS NOT NULL',
