@@ -120,7 +120,7 @@ func TestStaleAckAfterAsyncFailover(t *testing.T) {
 	// The hazard is real: the same slot's same page went out again, and
 	// message ids were re-issued to other messages.
 	require.Equal(t, lq1>>32, lq2>>32, "the lost page's slot is reused")
-	require.Equal(t, lq1&0xFFFFF, lq2&0xFFFFF, "the lost page's number is handed out again")
+	require.Equal(t, lq1&0xFFFF, lq2&0xFFFF, "the lost page's number is handed out again")
 	require.NotEqual(t, lq1, lq2, "but under another lease id")
 	require.NotEqual(t, lk1, lk2)
 	reissued := 0

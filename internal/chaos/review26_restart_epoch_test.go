@@ -62,7 +62,7 @@ func TestReview26StaleIDAfterPlainRestart(t *testing.T) {
 	lc, mc := readPage(ctx, t, w, read)
 	require.Len(t, mc, 2)
 	require.Equal(t, lb>>32, lc>>32, "the slot is reused after the restart")
-	require.Equal(t, lb&0xFFFFF+1, lc&0xFFFFF)
+	require.Equal(t, lb&0xFFFF+1, lc&0xFFFF)
 	require.NoError(t, w.QueryRow(ctx, `SELECT fanout.ack($1)`, lb).Scan(&n))
 	require.Zero(t, n, "the pre-restart page's id is an earlier page now")
 	require.NoError(t, w.QueryRow(ctx, `SELECT fanout.ack($1)`, lc).Scan(&n))

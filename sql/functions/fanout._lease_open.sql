@@ -6,7 +6,7 @@
 -- until cleanup) by one HOT update that moves it to its next page number;
 -- inserts a slot only when none is free. Free slots that another session
 -- holds locked (an ack in a business transaction) are skipped, never waited
--- for. A slot stops being reused at page 2^20 - 1 (cleanup deletes it).
+-- for. A slot stops being reused at page 2^16 - 1 (cleanup deletes it).
 -- Each page records the server's epoch (fanout._epoch) and the slot's first
 -- page of that epoch (fanout._lock_lease fences ids of other epochs).
 -- p_slot (a key partition's read passes the slot of the partition's previous
@@ -14,7 +14,7 @@
 -- every page read of a member storm looked for the group's most recently
 -- freed slot (a scan and sort of all the group's slots, on the one index by
 -- group), and its 64 owners' reads locked and skipped the same few slots.
--- Returns the new lease id (slot_id * 2^32 + epoch * 2^20 + page_no).
+-- Returns the new lease id (slot_id * 2^32 + epoch * 2^16 + page_no).
 -- Tables: fanout.lease.
 CREATE OR REPLACE FUNCTION fanout._lease_open(
     p_group_id bigint, p_consumer text, p_created timestamptz, p_expires timestamptz,
@@ -39,7 +39,7 @@ BEGIN
             generation = p_generation
         WHERE l.slot_id = (SELECT f.slot_id FROM fanout.lease f
                            WHERE f.slot_id = p_slot AND f.group_id = p_group_id AND f.open_count = 0
-                             AND f.reclaimed = '{}' AND f.page_no < 1048575
+                             AND f.reclaimed = '{}' AND f.page_no < 65535
                            FOR UPDATE SKIP LOCKED)
           AND l.open_count = 0
         RETURNING l.lease_id INTO v_id;
@@ -56,7 +56,7 @@ BEGIN
         generation = p_generation
     WHERE l.slot_id = (SELECT f.slot_id FROM fanout.lease f
                        WHERE f.group_id = p_group_id AND f.open_count = 0 AND f.reclaimed = '{}'
-                         AND f.page_no < 1048575
+                         AND f.page_no < 65535
                        ORDER BY f.closed_at DESC
                        LIMIT 1
                        FOR UPDATE SKIP LOCKED)

@@ -1,6 +1,6 @@
 -- fanout._lock_lease(p_lease_id): the lease's slot row, locked FOR UPDATE (so
 -- that an ack and a takeover by another reader are serialised). A lease id
--- is slot_id * 2^32 + epoch * 2^20 + page_no (fanout._lease_open). An
+-- is slot_id * 2^32 + epoch * 2^16 + page_no (fanout._lease_open). An
 -- earlier page of the slot, of the slot's current epoch or before it, was
 -- settled in full by its holder, since a slot with anything taken away is
 -- never reused: it comes back unlocked as an empty page (no messages,
@@ -26,8 +26,8 @@ SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE
     v_l     fanout.lease;
-    v_epoch int := (p_lease_id >> 20) & 4095;
-    v_page  bigint := p_lease_id & 1048575;
+    v_epoch int := (p_lease_id >> 16) & 65535;
+    v_page  bigint := p_lease_id & 65535;
 BEGIN
     IF p_lease_id IS NULL THEN
         RAISE EXCEPTION 'lease_id must not be NULL' USING ERRCODE = 'PGQ03';

@@ -122,7 +122,7 @@ CREATE TABLE fanout.member (
 -- group_id are indexed and neither ever changes, so every update (read,
 -- ack, nack, takeover, extension) can be HOT: fillfactor 50 keeps room on
 -- each page for a new version of its rows, and page pruning frees the old
--- ones without VACUUM. The public lease id is slot_id * 2^32 + epoch * 2^20
+-- ones without VACUUM. The public lease id is slot_id * 2^32 + epoch * 2^16
 -- + page_no: page_no is the slot's page counter (PgQ's batch id), so an ack
 -- names one page of one slot and an ack of an earlier page can never settle
 -- a later one; epoch is the server incarnation that handed the page out
@@ -133,10 +133,10 @@ CREATE TABLE fanout.member (
 CREATE TABLE fanout.lease (
     slot_id     bigint GENERATED ALWAYS AS IDENTITY (MAXVALUE 2147483647) PRIMARY KEY,
     group_id    bigint NOT NULL,  -- no FK (a KEY SHARE lock on the group row per page): drop_topic and _cleanup_groups delete leases
-    page_no     bigint NOT NULL DEFAULT 1,        -- pages this slot has held (1 .. 2^20 - 1)
+    page_no     bigint NOT NULL DEFAULT 1,        -- pages this slot has held (1 .. 2^16 - 1)
     epoch       int NOT NULL,                     -- fanout._epoch() when the current page was handed out
     epoch_since bigint NOT NULL DEFAULT 1,        -- the slot's first page of that epoch
-    lease_id    bigint GENERATED ALWAYS AS (slot_id * 4294967296 + epoch * 1048576 + page_no) STORED,  -- the current page's id
+    lease_id    bigint GENERATED ALWAYS AS (slot_id * 4294967296 + epoch * 65536 + page_no) STORED,  -- the current page's id
     consumer    text,
     created_at  timestamptz NOT NULL,
     expires_at  timestamptz NOT NULL,
