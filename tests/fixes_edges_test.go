@@ -650,8 +650,14 @@ func TestFixesEdgeReplayAfterSeekDroppedWaiter(t *testing.T) {
 	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT fanout.replay('rf.rp', NULL, ARRAY[$1::bigint])`, a2).Scan(&n))
 	require.Equal(t, 1, n, "skipped by seek: the cursor passed it")
 	got := b.read(t, b.Pool, "rf.rp", nil, "c", 10, "1 hour")
-	require.Equal(t, []int64{a2}, ids(got), "replayed without ordering")
+	require.Empty(t, ids(got), "replayed in order: a2 waits for a1, which the seek released unacked")
 	require.Equal(t, int64(1), b.rfNext(t, "rf.rp", "a"), "a replay does not move the aggregate on")
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT fanout.replay('rf.rp', NULL, ARRAY[$1::bigint])`, a1).Scan(&n))
+	got = b.read(t, b.Pool, "rf.rp", nil, "c", 10, "1 hour")
+	require.Equal(t, []int64{a1}, ids(got))
+	b.ack(t, b.Pool, got[0].LeaseID, nil)
+	got = b.read(t, b.Pool, "rf.rp", nil, "c", 10, "1 hour")
+	require.Equal(t, []int64{a2}, ids(got), "once a1 is acked")
 }
 
 // ---------- 3. _kpart_read ----------

@@ -40,30 +40,15 @@ func TestStaleAckAfterAsyncFailover(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	root, err := repoRoot()
-	require.NoError(t, err)
 	port := failoverPort(t)
-	primary := &cluster{root: root, name: "fence-p", port: port}
-	standby := &cluster{root: root, name: "fence-s", port: port + 1}
-	for _, c := range []*cluster{primary, standby} {
-		require.NoError(t, c.destroy(ctx))
-	}
-	t.Cleanup(func() {
-		for _, c := range []*cluster{primary, standby} {
-			_ = c.destroy(context.Background())
-		}
-	})
-
-	adminP, err := primary.start(ctx)
-	require.NoError(t, err)
+	primary, adminP := freshCluster(ctx, t, "fence-p", port)
+	standby := &cluster{root: primary.root, name: "fence-s", port: port + 1}
+	require.NoError(t, standby.destroy(ctx))
+	t.Cleanup(func() { _ = standby.destroy(context.Background()) })
 	u, err := freshDatabase(ctx, adminP, "fence")
 	require.NoError(t, err)
 	db := connect(ctx, t, u)
-	exec := func(c *pgx.Conn, sql string, args ...any) {
-		t.Helper()
-		_, err := c.Exec(ctx, sql, args...)
-		require.NoError(t, err, sql)
-	}
+	exec := mustExec(ctx, t)
 	exec(db, `SELECT fanout.create_topic('q', max_attempts => 10)`)
 	exec(db, `SELECT fanout.create_topic('k', semantics => 'pubsub', partitions => 2, max_attempts => 10)`)
 	exec(db, `SELECT fanout.subscribe('k', 'g')`)
@@ -155,6 +140,29 @@ func TestStaleAckAfterAsyncFailover(t *testing.T) {
 	require.Zero(t, n, "nothing left over")
 	require.NoError(t, db2.QueryRow(ctx, `SELECT count(*) FROM fanout.check_consistency()`).Scan(&n))
 	require.Zero(t, n)
+}
+
+// freshCluster destroys and starts the throwaway cluster name on port (it is
+// destroyed again when the test ends) and returns it and its admin URL.
+func freshCluster(ctx context.Context, t *testing.T, name string, port int) (*cluster, string) {
+	t.Helper()
+	root, err := repoRoot()
+	require.NoError(t, err)
+	c := &cluster{root: root, name: name, port: port}
+	require.NoError(t, c.destroy(ctx))
+	t.Cleanup(func() { _ = c.destroy(context.Background()) })
+	admin, err := c.start(ctx)
+	require.NoError(t, err)
+	return c, admin
+}
+
+// mustExec runs SQL on a connection, failing the test on an error.
+func mustExec(ctx context.Context, t *testing.T) func(c *pgx.Conn, sql string, args ...any) {
+	return func(c *pgx.Conn, sql string, args ...any) {
+		t.Helper()
+		_, err := c.Exec(ctx, sql, args...)
+		require.NoError(t, err, sql)
+	}
 }
 
 func connect(ctx context.Context, t *testing.T, u string) *pgx.Conn {

@@ -6,9 +6,10 @@
 --   * unconditionally once it closed more than max_retention ago.
 -- Every non-cancelled group that had not consumed all of a dropped partition
 -- (a dead or zombie group, or anyone at max_retention) gets the unread rows
--- counted in lost_messages (and the topic in dropped_unread), its leases and
--- retries into the partition are dropped, and the loss goes to
--- fanout.event_log. No row is ever updated or deleted in a message table: a
+-- counted in lost_messages (and the topic in dropped_unread), its leases,
+-- retries and sequence waiters into the partition are released
+-- (fanout._release_lost: dead reference-mode groups too, whose loss their
+-- bits count), and the loss goes to fanout.event_log. No row is ever updated or deleted in a message table: a
 -- partition is emptied with TRUNCATE, which locks only the partition (readers
 -- lock the parent first, so dropping here could deadlock with them), and
 -- dropped, empty, as soon as it and its parent can be locked without
@@ -28,7 +29,7 @@
 -- Bounded: at most 10 partitions per call. Returns how many were emptied;
 -- call again while it returns > 0. Takes its own advisory lock.
 -- Tables: fanout.partition, fanout.consumer_group, fanout.lease,
--- fanout.retry, fanout.seq_wait, fanout.topic, fanout.event_log, fanout_data.*
+-- fanout.retry, fanout.seq_wait, fanout.seq_lost, fanout.topic, fanout.event_log, fanout_data.*
 -- (message partitions and their completion partitions).
 CREATE OR REPLACE FUNCTION fanout._cleanup_partitions(p_now timestamptz DEFAULT now())
 RETURNS int
@@ -46,6 +47,8 @@ DECLARE
     v_n        bigint;
     v_timeout  text := current_setting('lock_timeout');
     v_done_rel text;
+    v_dead_ref boolean;
+    v_held     bigint;
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
     IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_partitions', 0)) THEN
@@ -105,10 +108,12 @@ BEGIN
                                 OR v_p.txid_bound IS NULL OR pg_snapshot_xmin(cg.win_lo) < v_p.txid_bound
                                 OR fanout._group_holds_in(cg.group_id, v_p))
                          ORDER BY cg.group_id LOOP
-                    IF g.bit_no IS NOT NULL AND g.status = 'dead' THEN
+                    v_dead_ref := g.bit_no IS NOT NULL AND g.status = 'dead';
+                    IF v_dead_ref THEN
                         -- Reference mode: a dead group's bit was released, so
                         -- nothing looks unread to it; what it had not
-                        -- completed since it joined is what it loses.
+                        -- completed since it joined is what it loses (its
+                        -- holds below included: released, not counted again).
                         EXECUTE format('SELECT count(*) FROM fanout_data.%I m
                                         WHERE m.id >= $1
                                           AND NOT EXISTS (SELECT 1 FROM fanout_data.%I d
@@ -116,48 +121,27 @@ BEGIN
                                                           WHERE d.bit = $2 AND u.id = m.id)',
                                        v_p.relname, v_done_rel)
                             INTO v_lost USING g.joined_id, g.bit_no;
-                        IF v_lost > 0 THEN
-                            UPDATE fanout.consumer_group cg SET lost_messages = cg.lost_messages + v_lost
-                            WHERE cg.group_id = g.group_id;
-                            INSERT INTO fanout.event_log (topic, group_name, kind, count, detail)
-                            VALUES (v_t.topic, g.group_name, 'unread_dropped', v_lost,
-                                    jsonb_build_object('partition', v_p.relname, 'group_status', g.status,
-                                                       'reason', 'group dead'));
-                            v_total := v_total + v_lost;
-                        END IF;
-                        CONTINUE;
+                    ELSE
+                        CONTINUE WHEN fanout._group_passed(g, v_p);
+                        -- The loss is what this call takes away: the rows the
+                        -- group has not read, and the retries, sequence waiters
+                        -- and open lease entries it removes, counted as removed
+                        -- (an ack that settled some of them meanwhile wins, and
+                        -- they are not lost).
+                        v_lost := (SELECT u.messages FROM fanout._group_unread(g.group_id, NULL, v_p.relname) u);
                     END IF;
-                    CONTINUE WHEN fanout._group_passed(g, v_p);
-                    -- The loss is what this call takes away: the rows the
-                    -- group has not read, and the retries, sequence waiters
-                    -- and open lease entries it removes, counted as removed
-                    -- (an ack that settled some of them meanwhile wins, and
-                    -- they are not lost).
-                    v_lost := (SELECT u.messages FROM fanout._group_unread(g.group_id, NULL, v_p.relname) u);
-                    DELETE FROM fanout.retry r
-                    WHERE r.group_id = g.group_id AND r.message_id >= v_p.lo_id AND r.message_id < v_p.hi_id;
-                    GET DIAGNOSTICS v_n = ROW_COUNT;
-                    v_lost := v_lost + v_n;
-                    DELETE FROM fanout.seq_wait w
-                    WHERE w.group_id = g.group_id AND w.message_id >= v_p.lo_id AND w.message_id < v_p.hi_id;
-                    GET DIAGNOSTICS v_n = ROW_COUNT;
-                    v_lost := v_lost + v_n;
-                    v_lost := v_lost + coalesce((
-                        SELECT sum(fanout._lease_settle(lost.lease_id, lost.ids, true, false))
-                        FROM (SELECT l2.lease_id, array_agg(x) AS ids
-                              FROM fanout.lease l2, unnest(l2.msg_ids) AS x
-                              WHERE l2.group_id = g.group_id AND l2.open_count > 0
-                                AND x >= v_p.lo_id AND x < v_p.hi_id
-                                AND x <> ALL (l2.settled) AND x <> ALL (l2.reclaimed)
-                              GROUP BY l2.lease_id
-                              ORDER BY l2.lease_id) lost), 0);
+                    v_held := fanout._release_lost(g.group_id, v_p, v_t.sequence_ordering);
+                    IF NOT v_dead_ref THEN
+                        v_lost := v_lost + v_held;
+                    END IF;
                     IF v_lost > 0 THEN
                         UPDATE fanout.consumer_group cg SET lost_messages = cg.lost_messages + v_lost
                         WHERE cg.group_id = g.group_id;
                         INSERT INTO fanout.event_log (topic, group_name, kind, count, detail)
                         VALUES (v_t.topic, g.group_name, 'unread_dropped', v_lost,
                                 jsonb_build_object('partition', v_p.relname, 'group_status', g.status,
-                                                   'reason', CASE WHEN v_forced THEN 'max_retention'
+                                                   'reason', CASE WHEN v_dead_ref THEN 'group dead'
+                                                                  WHEN v_forced THEN 'max_retention'
                                                                   ELSE 'group not pinning' END));
                         v_total := v_total + v_lost;
                     END IF;

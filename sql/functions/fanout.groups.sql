@@ -1,7 +1,8 @@
 -- View fanout.groups: one row per consumer group (group_name NULL for the
 -- implicit group of a queue topic): status, members seen within the
 -- heartbeat timeout, last sign of life, lag in messages and in seconds (age
--- of the oldest message not handed out yet), in-flight messages (under a
+-- of the oldest message not handed out yet, or waiting for its sequence's
+-- turn), in-flight messages (under a
 -- lease that runs) and the age of the oldest open lease, expired messages
 -- (under a lease that ran out, not yet taken over: the next read hands them
 -- out again), pending retries, messages waiting for their sequence's turn

@@ -5,9 +5,11 @@
 -- (attempt counting from 1 again); acking them again is harmless, also in
 -- reference mode (a COMPLETED message stays as it is). Ids under an open
 -- lease of the group or already waiting for a retry are left as they are.
--- Sequence-ordered topics: a replayed message at its aggregate's turn
--- becomes the aggregate's current message, so its ack releases the next
--- sequence (also after seek released it or skipped it).
+-- Sequence-ordered topics: in order. A replayed message below its
+-- aggregate's turn is handed out again at once (acking it changes nothing);
+-- at its turn it becomes the aggregate's current message, so its ack
+-- releases the next sequence (also after seek released it or skipped it);
+-- above its turn it waits for its predecessors (fanout.seq_wait).
 -- On queue topics group_name is ignored. Recorded in fanout.event_log.
 -- Returns how many messages were queued for replay.
 -- Raises: PGQ01, PGQ03 (NULL array or element; an id the group has not been
@@ -28,6 +30,7 @@ DECLARE
     v_found   record;
     v_bad     bigint[];
     v_n       int;
+    v_parked  bigint[] := '{}';
 BEGIN
     IF $3 IS NULL OR array_position($3, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'message_ids must be an array of ids without NULLs' USING ERRCODE = 'PGQ03';
@@ -73,14 +76,33 @@ BEGIN
                 USING ERRCODE = 'PGQ03', HINT = 'see fanout.sequence_gaps; they come once every lower sequence is acked or dead-lettered';
         END IF;
     END IF;
+    IF v_t.sequence_ordering THEN
+        -- Above its aggregate's turn: it waits for its predecessors like a
+        -- message the gate parks (fanout._sequence_gate), so that replaying
+        -- several sequences of one aggregate hands them out in order, each
+        -- once the one before is acked.
+        EXECUTE format(
+            'WITH parked AS (
+                 INSERT INTO fanout.seq_wait (group_id, message_group, seq, message_id, txid, parked_at)
+                 SELECT $1, m.message_group, m.seq, m.id, m.txid, clock_timestamp()
+                 FROM fanout_data.%I m
+                 LEFT JOIN fanout.seq_state s ON s.group_id = $1 AND s.message_group = m.message_group
+                 WHERE m.id = ANY ($2) AND m.seq > coalesce(s.next_seq, 1)
+                 ON CONFLICT DO NOTHING
+                 RETURNING message_id)
+             SELECT coalesce(array_agg(parked.message_id), ''{}'') FROM parked', v_t.data_table)
+            INTO v_parked USING v_g.group_id, v_found.ids;
+    END IF;
     INSERT INTO fanout.retry (group_id, message_id, txid, attempt, not_before, last_error)
     SELECT v_g.group_id, u.id, u.tx, 0, clock_timestamp(), 'replayed'
     FROM unnest(v_found.ids, v_found.txids) AS u(id, tx)
-    WHERE NOT EXISTS (SELECT 1 FROM fanout.lease l
+    WHERE u.id <> ALL (v_parked)
+      AND NOT EXISTS (SELECT 1 FROM fanout.lease l
                       WHERE l.group_id = v_g.group_id AND l.open_count > 0 AND u.id = ANY (l.msg_ids)
                         AND u.id <> ALL (l.settled) AND u.id <> ALL (l.reclaimed))
     ON CONFLICT (group_id, message_id) DO NOTHING;
     GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_n := v_n + cardinality(v_parked);
     IF v_t.sequence_ordering THEN
         -- A replayed message at its aggregate's turn (next_seq) becomes the
         -- aggregate's current message, as if the gate had handed it out, so

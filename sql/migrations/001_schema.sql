@@ -315,6 +315,17 @@ CREATE TABLE fanout.seq_wait (
 );
 CREATE INDEX seq_wait_msg_idx ON fanout.seq_wait (group_id, message_id);
 
+-- Per group: sequences of aggregates whose message cleanup dropped while it
+-- waited for its turn (fanout._release_lost, counted in lost_messages); the
+-- aggregate moves past each when its turn comes (fanout._sequence_advance)
+-- instead of waiting for a message that is gone.
+CREATE TABLE fanout.seq_lost (
+    group_id      bigint NOT NULL REFERENCES fanout.consumer_group ON DELETE CASCADE,
+    message_group text NOT NULL,
+    seq           bigint NOT NULL,
+    PRIMARY KEY (group_id, message_group, seq)
+);
+
 -- Per group: handed-out messages of a sequence-ordered topic that were acked
 -- or dead-lettered since the group's last read. ack only inserts here (no
 -- lock on shared rows inside business transactions); the next read advances

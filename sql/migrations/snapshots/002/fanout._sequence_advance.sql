@@ -2,11 +2,12 @@
 -- the acks and dead letters recorded in fanout.seq_done since the group's
 -- last read: each one that settled an aggregate's current message
 -- (seq_state.msg_id) moves that aggregate's next_seq on by one, and the
--- waiter with the new next_seq, if any, leaves fanout.seq_wait for
+-- waiter with the new next_seq (past the sequences cleanup dropped while
+-- they waited, fanout.seq_lost), if any, leaves fanout.seq_wait for
 -- fanout.retry (due at p_now, the read's clock, attempt 0), so this read
 -- hands it out. Called by
 -- fanout.read with the group row held. Returns how many waiters it released.
--- Tables: fanout.seq_done, fanout.seq_state, fanout.seq_wait, fanout.retry.
+-- Tables: fanout.seq_done, fanout.seq_state, fanout.seq_lost, fanout.seq_wait, fanout.retry.
 CREATE OR REPLACE FUNCTION fanout._sequence_advance(p_group_id bigint, p_now timestamptz)
 RETURNS int
 LANGUAGE plpgsql
@@ -25,6 +26,21 @@ BEGIN
     SELECT array_agg(adv.message_group) INTO v_aggs FROM adv;
     IF v_aggs IS NULL THEN
         RETURN 0;
+    END IF;
+    -- Sequences whose waiting message cleanup dropped (fanout.seq_lost):
+    -- passed over when their turn comes.
+    IF EXISTS (SELECT 1 FROM fanout.seq_lost x WHERE x.group_id = p_group_id) THEN
+        LOOP
+            WITH skip AS (
+                DELETE FROM fanout.seq_lost x
+                USING fanout.seq_state s
+                WHERE s.group_id = p_group_id AND s.message_group = ANY (v_aggs)
+                  AND x.group_id = p_group_id AND x.message_group = s.message_group AND x.seq = s.next_seq
+                RETURNING x.message_group)
+            UPDATE fanout.seq_state s SET next_seq = s.next_seq + 1
+            FROM skip WHERE s.group_id = p_group_id AND s.message_group = skip.message_group;
+            EXIT WHEN NOT FOUND;
+        END LOOP;
     END IF;
     WITH rel AS (
         DELETE FROM fanout.seq_wait w

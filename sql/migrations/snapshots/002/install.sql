@@ -66,6 +66,7 @@
 {{ template "fanout._publish_sequenced.sql" . }}
 {{ template "fanout._reconcile_stamps.sql" . }}
 {{ template "fanout._release_holds.sql" . }}
+{{ template "fanout._release_lost.sql" . }}
 {{ template "fanout._required_mask.sql" . }}
 {{ template "fanout._restamp.sql" . }}
 {{ template "fanout._resurrect.sql" . }}

@@ -5,34 +5,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
-// TestReview26StaleIDAfterPlainRestart: a clean restart loses nothing, so
+// TestStaleIDAfterPlainRestart: a clean restart loses nothing, so
 // every lease id handed out before it must keep working: the page still
 // out is extended and acked by its holder, an earlier page's id settles
 // nothing (0), and the slot's next page (the new epoch) is fenced from
 // neither. Not parallel: it borrows FAILOVER_PORT under its own cluster name (as
-// TestReview26StaleAckAfterCrashRecovery) before the parallel tests start.
-func TestReview26StaleIDAfterPlainRestart(t *testing.T) {
+// TestStaleAckAfterCrashRecovery) before the parallel tests start.
+func TestStaleIDAfterPlainRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	root, err := repoRoot()
-	require.NoError(t, err)
-	c := &cluster{root: root, name: "crash26", port: failoverPort(t)}
-	require.NoError(t, c.destroy(ctx))
-	t.Cleanup(func() { _ = c.destroy(context.Background()) })
-	admin, err := c.start(ctx)
-	require.NoError(t, err)
+	c, admin := freshCluster(ctx, t, "crash26", failoverPort(t))
 	u, err := freshDatabase(ctx, admin, "restart")
 	require.NoError(t, err)
 	db := connect(ctx, t, u)
-	exec := func(c *pgx.Conn, sql string, args ...any) {
-		t.Helper()
-		_, err := c.Exec(ctx, sql, args...)
-		require.NoError(t, err, sql)
-	}
+	exec := mustExec(ctx, t)
 	exec(db, `SELECT fanout.create_topic('q', max_attempts => 10)`)
 	for i := 0; i < 4; i++ {
 		exec(db, `SELECT fanout.publish('q', jsonb_build_object('tag', 'm', 'i', $1::int))`, i)

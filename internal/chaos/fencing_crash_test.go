@@ -6,12 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// TestReview26StaleAckAfterCrashRecovery: the lease epoch (fanout._epoch)
+// TestStaleAckAfterCrashRecovery: the lease epoch (fanout._epoch)
 // is the WAL timeline and a hash of pg_postmaster_start_time(). A backend
 // that dies by a signal (an OOM kill, a segfault) makes the postmaster
 // reinitialise and replay the WAL without restarting itself: the timeline
@@ -25,16 +24,10 @@ import (
 // Not parallel: it borrows TestStaleAckAfterAsyncFailover's primary port
 // (FAILOVER_PORT) under its own cluster name, and is done (cluster
 // destroyed) before the parallel tests start.
-func TestReview26StaleAckAfterCrashRecovery(t *testing.T) {
+func TestStaleAckAfterCrashRecovery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	root, err := repoRoot()
-	require.NoError(t, err)
-	c := &cluster{root: root, name: "crash26", port: failoverPort(t)}
-	require.NoError(t, c.destroy(ctx))
-	t.Cleanup(func() { _ = c.destroy(context.Background()) })
-	admin, err := c.start(ctx)
-	require.NoError(t, err)
+	_, admin := freshCluster(ctx, t, "crash26", failoverPort(t))
 	a := connect(ctx, t, admin)
 	// Asynchronous commit, and a WAL writer that flushes only every 10 s,
 	// so that a commit just before the crash is lost (as it is, by design,
@@ -49,11 +42,7 @@ func TestReview26StaleAckAfterCrashRecovery(t *testing.T) {
 	u, err := freshDatabase(ctx, admin, "crash")
 	require.NoError(t, err)
 	db := connect(ctx, t, u)
-	exec := func(c *pgx.Conn, sql string, args ...any) {
-		t.Helper()
-		_, err := c.Exec(ctx, sql, args...)
-		require.NoError(t, err, sql)
-	}
+	exec := mustExec(ctx, t)
 	// Everything up to the worker's read is durable (synchronous commits).
 	exec(db, `SET synchronous_commit = on`)
 	exec(db, `SELECT fanout.create_topic('q', max_attempts => 10)`)
