@@ -205,6 +205,9 @@ func (c SchedulerConfig) Validate() error {
 	if _, err := regexp.Compile(c.BackfillMatch); err != nil {
 		return fmt.Errorf("scheduler: backfill match: %w", err)
 	}
+	if err := c.Backfill.Validate(); err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
 	if c.LeaderTTL > time.Hour {
 		return fmt.Errorf("scheduler: leader TTL %s: at most 1h", c.LeaderTTL)
 	}

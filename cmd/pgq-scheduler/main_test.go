@@ -173,6 +173,15 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"run", "--database-url", "postgres://h/db", "--console-admin"}, nil, "--console-admin needs --console and a --console-token"},
 		{[]string{"run", "--database-url", "postgres://h/db", "--console=false"}, map[string]string{"PGQ_CONSOLE_ADMIN": "true", "PGQ_CONSOLE_TOKEN": "t"}, "--console-admin needs --console"},
 		{[]string{"migrate", "--config", "/nonexistent/pgq.conf", "--database-url", "postgres://h/db"}, nil, "config: open /nonexistent/pgq.conf"},
+		// Numbers that parse but must not start a sidecar: NaN and +Inf left
+		// backfills unthrottled, 4294967298 wrapped to a pool of 2, and
+		// 3000000000 failed later with exit status 1.
+		{[]string{"run", "--database-url", "postgres://h/db", "--backfill-max-rate", "NaN"}, nil, "--backfill-max-rate NaN: want a finite number > 0"},
+		{[]string{"run", "--database-url", "postgres://h/db", "--backfill-max-rate", "+Inf"}, nil, "--backfill-max-rate +Inf: want a finite number > 0"},
+		{[]string{"run", "--database-url", "postgres://h/db"}, map[string]string{"PGQ_BACKFILL_MAX_RATE": "-Inf"}, "--backfill-max-rate -Inf: want a finite number > 0"},
+		{[]string{"run", "--database-url", "postgres://h/db", "--max-conns", "4294967298"}, nil, "--max-conns 4294967298: want between 2 and 10000"},
+		{[]string{"run", "--database-url", "postgres://h/db", "--max-conns", "3000000000"}, nil, "--max-conns 3000000000: want between 2 and 10000"},
+		{[]string{"run", "--database-url", "postgres://h/db", "--max-conns", "1"}, nil, "--max-conns 1: want between 2 and 10000"},
 	} {
 		_, _, err := cli(ctx, tc.env, tc.args...)
 		require.ErrorContains(t, err, tc.want, "args %q", tc.args)
@@ -329,6 +338,10 @@ func TestBinaryErrors(t *testing.T) {
 	}{
 		{[]string{"status", "--nope"}, 2, "pgq-scheduler: status: flag provided but not defined: -nope (see: pgq-scheduler help)"},
 		{[]string{"frobnicate"}, 2, `pgq-scheduler: unknown command "frobnicate"`},
+		{[]string{"run", "--max-conns", "3000000000", "--database-url", "postgres://postgres@127.0.0.1:1/x?sslmode=disable"}, 2,
+			"pgq-scheduler: run: --max-conns 3000000000: want between 2 and 10000"},
+		{[]string{"run", "--backfill-max-rate", "NaN", "--database-url", "postgres://postgres@127.0.0.1:1/x?sslmode=disable"}, 2,
+			"pgq-scheduler: run: --backfill-max-rate NaN: want a finite number > 0"},
 		{[]string{"status", "--database-url", "postgres://postgres@127.0.0.1:1/x?sslmode=disable"}, 1,
 			"pgq-scheduler: status: database unreachable: failed to connect to"},
 		{[]string{"migrate", "--database-url", "postgres://postgres@127.0.0.1:1/x?sslmode=disable"}, 1,
