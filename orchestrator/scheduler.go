@@ -188,6 +188,9 @@ type Scheduler struct {
 
 // Validate checks the schedules and the backfill expression.
 func (c SchedulerConfig) Validate() error {
+	if err := c.Backfill.Validate(); err != nil { // before defaults: min() would hide a +Inf MinRate
+		return fmt.Errorf("scheduler: %w", err)
+	}
 	c = c.withDefaults()
 	for fn, spec := range c.Schedules {
 		if _, err := ParseSchedule(spec); err != nil {
@@ -204,9 +207,6 @@ func (c SchedulerConfig) Validate() error {
 	}
 	if _, err := regexp.Compile(c.BackfillMatch); err != nil {
 		return fmt.Errorf("scheduler: backfill match: %w", err)
-	}
-	if err := c.Backfill.Validate(); err != nil {
-		return fmt.Errorf("scheduler: %w", err)
 	}
 	if c.LeaderTTL > time.Hour {
 		return fmt.Errorf("scheduler: leader TTL %s: at most 1h", c.LeaderTTL)
