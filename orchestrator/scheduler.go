@@ -151,7 +151,9 @@ type JobStatus struct {
 	// LastDuration is how long the last run took.
 	LastDuration time.Duration `json:"last_duration_ns,omitempty"`
 	// Overdue is true on the leader when the job has not succeeded within
-	// its window (two intervals plus its timeout and jitter).
+	// its window: by the second firing of its schedule after its last
+	// success (or its registration, or this sidecar's election), plus its
+	// timeout and jitter.
 	Overdue bool `json:"overdue,omitempty"`
 	// FailingRuns is how many runs in a row failed (0 after a success).
 	FailingRuns int64 `json:"failing_runs,omitempty"`
@@ -518,13 +520,28 @@ func (s *Scheduler) Jobs() []JobStatus {
 		}
 		ref := maxTime(e.lastSuccess, e.registered, since)
 		e.mu.Unlock()
-		window := 2*e.interval + e.timeout + max(s.cfg.Jitter, 0)
-		st.Overdue = leader && now.Sub(ref) > window
+		st.Overdue = leader && e.overdue(ref, now, max(s.cfg.Jitter, 0))
 		st.Failing = leader && st.FailingRuns >= FailingRunsUnhealthy
 		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b JobStatus) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// overdue tells whether a job whose window opened at ref (its last success,
+// or when it was registered or this sidecar was elected, whichever is
+// latest) has missed its window at now: the second firing of its own
+// schedule after ref, plus its timeout and jitter. It follows the schedule
+// itself, so uneven gaps count as they are: "0 9-17 * * *" that last
+// succeeded at 17:00 is due again by 10:00 the next day, not two hours
+// later; "0 3 * * 1-5" that succeeded on Friday by Tuesday. A schedule that
+// never fires again is never overdue.
+func (e *entry) overdue(ref, now time.Time, jitter time.Duration) bool {
+	second := e.sched.Next(e.sched.Next(ref))
+	if second.IsZero() {
+		return false
+	}
+	return now.After(second.Add(e.timeout + jitter))
 }
 
 func maxTime(ts ...time.Time) time.Time {
