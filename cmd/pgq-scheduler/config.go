@@ -64,7 +64,7 @@ func newFlagSet(cmd string, o *options) *flag.FlagSet {
 	o.timeouts = mapFlag{}
 	fs.StringVar(&o.listen, "listen", ":9187", "address of /metrics and /healthz (empty: no HTTP server)")
 	fs.BoolVar(&o.migrate, "migrate", false, "apply the embedded migrations before starting")
-	fs.IntVar(&o.maxConns, "max-conns", 4, "connection pool size")
+	fs.IntVar(&o.maxConns, "max-conns", 4, "connection pool size of the jobs, 2..10000 (the leader election has a connection of its own)")
 	fs.StringVar(&o.leaderID, "leader-id", "", "this sidecar's id in fanout.leader (default host-pid-random)")
 	fs.StringVar(&o.leaderName, "leader-name", orchestrator.DefaultLeaderName, "elected role; sidecars with different names run independently")
 	fs.DurationVar(&o.leaderTTL, "leader-ttl", orchestrator.DefaultLeaderTTL, "leader lease; renewed every ttl/3, a standby takes over within it")

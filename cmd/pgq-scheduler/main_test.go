@@ -603,3 +603,56 @@ func TestBinaryKillAndResurrect(t *testing.T) {
 		t.Fatal("no exit after SIGTERM")
 	}
 }
+
+// Finding 5, through the real binaries: a leader paused with SIGSTOP past
+// its TTL is replaced by the standby; once resumed (SIGCONT) it logs that it
+// lost leadership (it said nothing: its first attempt after the pause just
+// lost, and the loss of a lease already past its local deadline was not
+// reported) and stops reporting itself as leader.
+func TestBinaryLeaderPausedPastTTL(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	a, addrA, logsA, _ := startBinary(t, b, "--leader-id", "paused", "--leader-ttl", "2s")
+
+	c := exec.Command(binary(t), "run", "--listen", "127.0.0.1:0", "--jitter", "0", "--leader-id", "standby",
+		"--leader-ttl", "2s", "--discover-schedule", "@every 1s", "--default-schedule", "@every 1s")
+	c.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + b.URL, "PGQ_LOG_LEVEL=debug"}
+	logsC := &testdb.SyncBuffer{}
+	c.Stderr = logsC
+	require.NoError(t, c.Start())
+	go func() { _ = c.Wait() }()
+	t.Cleanup(func() {
+		_ = c.Process.Kill()
+		if t.Failed() {
+			t.Logf("standby stderr:\n%s", logsC.String())
+		}
+	})
+	addrC := listenedAddr(t, logsC)
+	require.Eventually(t, func() bool {
+		_, body := httpGet("http://" + addrC + "/healthz")
+		return strings.Contains(body, `"leader": false`)
+	}, time.Minute, 50*time.Millisecond, "the second binary is a standby")
+
+	require.NoError(t, a.Process.Signal(syscall.SIGSTOP))
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = a.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	require.Eventually(t, func() bool {
+		_, body := httpGet("http://" + addrC + "/healthz")
+		return strings.Contains(body, `"leader": true`)
+	}, time.Minute, 50*time.Millisecond, "the standby takes over from the paused leader")
+	resume()
+
+	require.Eventually(t, func() bool {
+		return strings.Contains(logsA.String(), `"msg":"no longer leader","leader_id":"paused"`)
+	}, time.Minute, 50*time.Millisecond, "the resumed leader logs that it lost leadership")
+	require.Eventually(t, func() bool {
+		_, body := httpGet("http://" + addrA + "/healthz")
+		return strings.Contains(body, `"leader": false`)
+	}, time.Minute, 50*time.Millisecond, "the resumed sidecar no longer says it leads")
+}
