@@ -105,7 +105,7 @@ func TestHandlerLongerThanLeaseKeepsItsMessage(t *testing.T) {
 		}
 		return nil
 	}
-	const lease = 2 * time.Second
+	const lease = 3 * time.Second
 	c, err := client.NewConsumer(b.Pool, client.Config{Topic: "long", Lease: lease, Logger: quiet}, h)
 	require.NoError(t, err)
 	run(t, ctx, c)
@@ -117,15 +117,15 @@ func TestHandlerLongerThanLeaseKeepsItsMessage(t *testing.T) {
 			close(release)
 		}
 	})
-	// Four extensions, each at half a lease: the page has been held for
-	// twice its lease by then. Another member tries all along.
+	// Three extensions, each at half a lease: the page has been held for
+	// one and a half leases by then. Another member tries all along.
 	var stolen []int64
-	eventually(t, func() bool {
+	require.Eventually(t, func() bool {
 		if stolen = append(stolen, steal(t, ctx, b, "long")...); len(stolen) > 0 {
 			return true
 		}
-		return c.Stats().LeaseExtensions >= 4
-	}, time.Minute, "the lease is extended while the handler runs")
+		return c.Stats().LeaseExtensions >= 3
+	}, time.Minute, 50*time.Millisecond, "the lease is extended while the handler runs")
 	require.Empty(t, stolen, "another member took the message of a running handler (its lease was not extended)")
 	close(release)
 	eventually(t, func() bool { return c.Stats().Acked == 1 }, 30*time.Second, "the long handler's message is acked")
@@ -291,7 +291,7 @@ func TestAckSurvivesKilledBackends(t *testing.T) {
 			}
 			// A short lease: a dropped ack shows as the page handed out again soon.
 			c, err := client.NewConsumer(pool, client.Config{Topic: "killed", MaxMessages: tc.max,
-				Lease: 3 * time.Second, DisableListen: true, PollInterval: 50 * time.Millisecond,
+				Lease: 6 * time.Second, DisableListen: true, PollInterval: 50 * time.Millisecond,
 				ErrorBackoff: 50 * time.Millisecond, Logger: quiet}, h)
 			require.NoError(t, err)
 			run(t, ctx, c)

@@ -56,7 +56,7 @@ func TestElectionSurvivesAnExhaustedPool(t *testing.T) {
 	t.Cleanup(func() { _, _ = holder.Exec(context.Background(), `SELECT pg_advisory_unlock_all()`) })
 
 	pool := b.ownPool(t, 4)
-	const ttl = 3 * time.Second
+	const ttl = 4 * time.Second
 	s, err := NewScheduler(pool, SchedulerConfig{Logger: b.log, Jitter: -1, LeaderID: "busy", LeaderTTL: ttl,
 		DiscoverSchedule: "@yearly", JobTimeout: 5 * time.Minute, ShutdownTimeout: time.Second})
 	require.NoError(t, err)
