@@ -325,3 +325,67 @@ func TestAckSurvivesKilledBackends(t *testing.T) {
 		})
 	}
 }
+
+// Finding 1, the fenced case: an operator's seek takes the page away from a
+// running handler (its holder's acks and extensions then meet PGQ11). The
+// next extension finds out: the handler's context is cancelled with a cause
+// that wraps ErrLeaseLost and the server's error, the rest of the page is
+// not handed out under that lease, and nothing of it is acked.
+func TestFencedPageStopsAndCancelsHandler(t *testing.T) {
+	t.Parallel()
+	b, ctx := setup(t)
+	createTopic(t, ctx, b.Pool, "seeked")
+	ids := publishN(t, ctx, b, "seeked", 3)
+
+	type call struct{ lease, id int64 }
+	var mu sync.Mutex
+	var calls []call
+	var firstLease int64
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	h := func(hctx context.Context, d *client.Delivery) error {
+		mu.Lock()
+		calls = append(calls, call{d.LeaseID, d.ID})
+		first := firstLease == 0
+		if first {
+			firstLease = d.LeaseID
+		}
+		mu.Unlock()
+		if !first {
+			return nil
+		}
+		close(started)
+		select {
+		case <-hctx.Done():
+			cause <- context.Cause(hctx)
+		case <-release:
+		}
+		return nil // even a success cannot be acked on a page taken away
+	}
+	c, err := client.NewConsumer(b.Pool, client.Config{Topic: "seeked", MaxMessages: 3, Lease: 3 * time.Second,
+		Logger: quiet}, h)
+	require.NoError(t, err)
+	run(t, ctx, c)
+	<-started
+	_, err = b.Pool.Exec(ctx, `SELECT fanout.seek('seeked', NULL, 'earliest')`)
+	require.NoError(t, err)
+	select {
+	case err := <-cause:
+		require.ErrorIs(t, err, client.ErrLeaseLost)
+		require.Contains(t, []string{client.CodeFenced, client.CodeLeaseNotFound}, client.SQLState(err),
+			"the cause carries the server's answer: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the handler's context was not cancelled when the page was taken away")
+	}
+	eventually(t, func() bool { return c.Stats().LeasesLost == 1 }, 10*time.Second, "the lost lease is counted")
+	mu.Lock()
+	for _, cl := range calls {
+		if cl.lease == firstLease {
+			require.Equal(t, ids[0], cl.id, "a message of the fenced page was handed out under its lost lease")
+		}
+	}
+	mu.Unlock()
+	require.Zero(t, c.Stats().SettleFailures, "no ack is tried on a page the server took away")
+}
