@@ -463,19 +463,28 @@ func TestPipelinedAckFencedFallsBack(t *testing.T) {
 	_, err := client.NewPublisher(b.Pool).PublishBatch(ctx, "fenced", []client.Message{
 		{Payload: json.RawMessage(`1`)}, {Payload: json.RawMessage(`2`)}})
 	require.NoError(t, err)
+	// The consumer's pool has one connection, which the second handler
+	// holds: the lease cannot be extended, expires, and another consumer
+	// takes the page while the handler still runs.
+	pool := consumerPool(t, ctx, b, "pgq-fenced", 1)
 
 	inSecond := make(chan struct{})
 	release := make(chan struct{})
-	h := func(_ context.Context, d *client.Delivery) error {
+	h := func(hctx context.Context, d *client.Delivery) error {
 		if d.Attempt == 1 && d.Payload[0] == '2' {
+			conn, err := pool.Acquire(hctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
 			close(inSecond)
 			<-release // the lease expires meanwhile and another consumer takes the page
 		}
 		return nil
 	}
 	// A full page (2 of 2) handled without error: its ack would travel with the next read.
-	c, err := client.NewConsumer(b.Pool, client.Config{Topic: "fenced", MaxMessages: 2, Lease: 200 * time.Millisecond,
-		PollInterval: 20 * time.Millisecond, Logger: quiet}, h)
+	c, err := client.NewConsumer(pool, client.Config{Topic: "fenced", MaxMessages: 2, Lease: 200 * time.Millisecond,
+		PollInterval: 20 * time.Millisecond, DisableListen: true, Logger: quiet}, h)
 	require.NoError(t, err)
 	run(t, ctx, c)
 	<-inSecond

@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -35,8 +37,10 @@ type Config struct {
 	// Default 100 (the server accepts 1..10000).
 	MaxMessages int
 	// Lease is how long a page is reserved for this consumer before another
-	// member may take its un-acked messages. The consumer extends the lease
-	// (fanout.extend_lease) when handling a page takes more than half of it.
+	// member may take its un-acked messages. While a page is handled, a
+	// timer extends its lease (fanout.extend_lease) each time half of it has
+	// passed, also while one handler runs long; when that fails for good
+	// the handler's context is cancelled with ErrLeaseLost as its cause.
 	// Default 30 s.
 	Lease time.Duration
 
@@ -81,9 +85,11 @@ type Config struct {
 	DisablePipelinedAck bool
 
 	// StopTimeout bounds how long the consumer keeps finishing its in-flight
-	// page after Run's context is cancelled (handlers then get a cancelled
-	// context; what is not settled comes back after the lease). Default:
-	// Lease.
+	// page after Run's context is cancelled. Then the handler's context is
+	// cancelled (cause ErrStopTimeout), no further handler is called, and
+	// what succeeded is acked with a context that outlives the cancellation
+	// (bounded by the later of the lease's expiry and StopTimeout); the
+	// rest comes back after the lease. Default: Lease.
 	StopTimeout time.Duration
 	// ErrorBackoff is the first pause after a failed read; it doubles on
 	// each further failure up to MaxErrorBackoff. Defaults 200 ms and 10 s.
@@ -178,7 +184,9 @@ type Delivery struct {
 // nacks it (redelivery after the server's exponential backoff, or after the
 // delay of a RetryAfter error). A panic counts as an error. ctx is not
 // cancelled when the consumer is asked to stop, only when StopTimeout runs
-// out.
+// out (context.Cause(ctx) is ErrStopTimeout) or when the page's lease was
+// lost (the cause wraps ErrLeaseLost); an error returned after that is not
+// a nack: the message comes back after the lease.
 type Handler func(ctx context.Context, d *Delivery) error
 
 // TxHandler processes one message inside tx; the consumer acks the message
@@ -208,6 +216,20 @@ func RetryAfter(d time.Duration, err error) error {
 // consumer group was cancelled (unsubscribed or removed).
 var ErrGroupCancelled = errors.New("pgq client: consumer group is cancelled")
 
+// ErrLeaseLost is the cause (context.Cause) of a handler's context when the
+// consumer lost the lease of the page in hand while the handler ran: the
+// server says its messages went to another consumer (PGQ11), or the lease
+// ran out before an extension got through (database unreachable, pool
+// exhausted). The handler should stop and not commit side effects: the
+// message (and the rest of the page, which is not handed out) is handled
+// again by its new holder. The cause wraps the error that was met.
+var ErrLeaseLost = errors.New("pgq client: the lease of the page in hand was lost")
+
+// ErrStopTimeout is the cause (context.Cause) of a handler's context when
+// Config.StopTimeout passed after Run's context was cancelled. No further
+// handler of the page is called; what succeeded is acked.
+var ErrStopTimeout = errors.New("pgq client: StopTimeout passed after Run's context was cancelled")
+
 // Stats are counters of one Consumer (monotonic since NewConsumer).
 type Stats struct {
 	Reads           int64 // fanout.read calls that returned
@@ -219,6 +241,16 @@ type Stats struct {
 	Notifications   int64 // NOTIFYs received
 	LeaseExtensions int64 // fanout.extend_lease calls
 	Heartbeats      int64 // fanout.heartbeat calls that succeeded
+	// Retries counts ack, nack and extend_lease statements tried again on a
+	// fresh connection after a connection error.
+	Retries int64
+	// SettleFailures counts acks and nacks given up for good (fenced, or
+	// still failing when the lease ran out): their messages are delivered
+	// again.
+	SettleFailures int64
+	// LeasesLost counts pages whose lease was lost while they were handled
+	// (see ErrLeaseLost).
+	LeasesLost int64
 	// ListenChecked is 1 once the LISTEN self-check received its own
 	// notification, -1 when it timed out (LISTEN does not work on that
 	// connection: see Config.ListenURL), 0 before the check ends or when
@@ -237,6 +269,7 @@ type Consumer struct {
 
 	reads, emptyReads, delivered, acked, nacked, errs atomic.Int64
 	notifications, extensions, heartbeats             atomic.Int64
+	retries, settleFailures, leasesLost               atomic.Int64
 	listenChecked                                     atomic.Int64
 }
 
@@ -279,6 +312,7 @@ func (c *Consumer) Stats() Stats {
 		Acked: c.acked.Load(), Nacked: c.nacked.Load(), Errors: c.errs.Load(),
 		Notifications: c.notifications.Load(), LeaseExtensions: c.extensions.Load(),
 		Heartbeats: c.heartbeats.Load(), ListenChecked: c.listenChecked.Load(),
+		Retries: c.retries.Load(), SettleFailures: c.settleFailures.Load(), LeasesLost: c.leasesLost.Load(),
 	}
 }
 
@@ -570,6 +604,7 @@ func (c *Consumer) interval(d time.Duration) pgtype.Interval {
 type pendingAck struct {
 	leaseID int64
 	n       int
+	until   time.Time // the lease's local deadline: retries stop there
 }
 
 // read claims one page. With a pending ack, the ack and the read go to the
@@ -607,15 +642,23 @@ func (c *Consumer) read(ctx context.Context, pending *pendingAck) ([]Delivery, e
 	return c.scan(rows)
 }
 
-// flush acks a pending page on its own (even when ctx is cancelled, within
-// StopTimeout).
+// settleContext is the context a page is settled with: it outlives the
+// cancellation of Run's context (the page was handled; its acks must not be
+// dropped because the consumer is stopping), bounded by the later of the
+// lease's local deadline and StopTimeout from now.
+func (c *Consumer) settleContext(ctx context.Context, until time.Time) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(context.WithoutCancel(ctx), maxTime(until, time.Now().Add(c.cfg.StopTimeout)))
+}
+
+// flush acks a pending page on its own (even when ctx is cancelled),
+// retrying connection errors while its lease is valid.
 func (c *Consumer) flush(ctx context.Context, p *pendingAck) {
 	if p == nil {
 		return
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.StopTimeout)
+	fctx, cancel := c.settleContext(ctx, p.until)
 	defer cancel()
-	if c.settle(fctx, sqlAckAll, p.leaseID) {
+	if c.settle(fctx, p.until, sqlAckAll, p.leaseID) {
 		c.acked.Add(int64(p.n))
 	}
 }
@@ -640,11 +683,135 @@ func (c *Consumer) scan(rows pgx.Rows) ([]Delivery, error) {
 	return out, nil
 }
 
+// pageLease keeps the lease of one page while its handlers run: a timer
+// extends it (fanout.extend_lease) every time half of it has passed, and
+// when it cannot (the page was taken over, or the lease ran out before an
+// extension got through) the handlers' context is cancelled with a cause
+// that wraps ErrLeaseLost. That context is also cancelled, with
+// ErrStopTimeout, StopTimeout after Run's context.
+type pageLease struct {
+	c       *Consumer
+	leaseID int64
+	ctx     context.Context // the handlers' context
+	cancel  context.CancelCauseFunc
+	done    chan struct{} // closed when the handlers are finished
+	exited  chan struct{} // closed when the keeper returned
+
+	mu       sync.Mutex
+	deadline time.Time // local view of the lease's expiry
+	gone     bool      // the server says the lease lost its messages (PGQ11, PGQ10)
+}
+
+// startPage starts keeping the lease of a page read at leasedAt (the time
+// the read was sent, so the local deadline is never later than the
+// server's).
+func (c *Consumer) startPage(ctx context.Context, leaseID int64, leasedAt time.Time) *pageLease {
+	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	p := &pageLease{c: c, leaseID: leaseID, ctx: hctx, cancel: cancel, done: make(chan struct{}),
+		exited: make(chan struct{}), deadline: leasedAt.Add(c.cfg.Lease)}
+	// Stopping: handlers keep a live context for StopTimeout after ctx.
+	stopWatch := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(c.cfg.StopTimeout, func() { cancel(ErrStopTimeout) })
+		context.AfterFunc(hctx, func() { t.Stop() })
+	})
+	context.AfterFunc(hctx, func() { stopWatch() })
+	go p.keep(ctx)
+	return p
+}
+
+func (p *pageLease) until() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.deadline
+}
+
+// lost reports whether the server took the lease's messages away.
+func (p *pageLease) lost() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gone
+}
+
+// finish stops the keeper (an extension in flight completes first) and
+// cancels the handlers' context.
+func (p *pageLease) finish() {
+	close(p.done)
+	<-p.exited
+	p.cancel(context.Canceled)
+}
+
+// keep extends the lease each time half of it has passed, until finish.
+func (p *pageLease) keep(ctx context.Context) {
+	defer close(p.exited)
+	c := p.c
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		until := p.until()
+		t.Reset(time.Until(until.Add(-c.cfg.Lease / 2)))
+		select {
+		case <-p.done:
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		ectx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
+		err := c.execRetry(ectx, until, "extend_lease", sqlExtend, p.leaseID, c.interval(c.cfg.Lease))
+		cancel()
+		if err == nil {
+			c.extensions.Add(1)
+			p.mu.Lock()
+			p.deadline = start.Add(c.cfg.Lease)
+			p.mu.Unlock()
+			continue
+		}
+		c.errs.Add(1)
+		select {
+		case <-p.done: // the page was finished meanwhile: nothing is lost
+			return
+		default:
+		}
+		if IsFenced(err) || IsNotFound(err) {
+			p.mu.Lock()
+			p.gone = true
+			p.mu.Unlock()
+			p.lose(fmt.Errorf("%w: extend_lease of lease %d: %w", ErrLeaseLost, p.leaseID, err))
+			return
+		}
+		if !time.Now().Before(until) {
+			p.lose(fmt.Errorf("%w: lease %d expired before it could be extended: %w", ErrLeaseLost, p.leaseID, err))
+			return
+		}
+		c.cfg.Logger.Warn("pgq client: extend_lease failed; trying again while the lease is valid",
+			"topic", c.cfg.Topic, "group", c.cfg.Group, "lease_id", p.leaseID, "error", err)
+		t.Reset(min(c.cfg.ErrorBackoff, time.Until(until)))
+		select {
+		case <-p.done:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (p *pageLease) lose(cause error) {
+	p.c.leasesLost.Add(1)
+	p.c.cfg.Logger.Warn("pgq client: lost the lease of the page in hand; its handler's context is cancelled "+
+		"and the rest of the page is not handed out (another consumer gets it)",
+		"topic", p.c.cfg.Topic, "group", p.c.cfg.Group, "lease_id", p.leaseID, "error", cause)
+	p.cancel(cause)
+}
+
 // page settles `pending` (see read), reads one page, hands it to the
 // handler and settles it — except a page handled without error, while ctx
 // is live, that will be followed by a read at once (it was full, or more()
 // says a notification is waiting): its ack is returned as pending, to
 // travel with that read. It returns the number of messages read.
+//
+// While the handlers run, the page's lease is kept (pageLease). No handler
+// is called once the handlers' context is cancelled: StopTimeout after ctx,
+// or when the lease is lost. A handler that returns an error after that
+// cancellation is not nacked (its message comes back after the lease); what
+// succeeded is acked with a context that outlives ctx.
 func (c *Consumer) page(ctx context.Context, pending *pendingAck, more func() bool) (int, *pendingAck, error) {
 	leasedAt := time.Now()
 	ds, err := c.read(ctx, pending)
@@ -658,34 +825,9 @@ func (c *Consumer) page(ctx context.Context, pending *pendingAck, more func() bo
 	}
 	c.delivered.Add(int64(len(ds)))
 
-	// The page is ours now: finish it even when ctx is cancelled, within
-	// StopTimeout of the cancellation.
-	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stopWatch := context.AfterFunc(ctx, func() { time.AfterFunc(c.cfg.StopTimeout, cancel) })
-	defer stopWatch()
-
 	leaseID := ds[0].LeaseID
-	extend := func() {
-		if time.Since(leasedAt) < c.cfg.Lease/2 {
-			return
-		}
-		if _, err := c.pool.Exec(pctx, sqlExtend, leaseID, c.interval(c.cfg.Lease)); err != nil {
-			c.errs.Add(1)
-			c.cfg.Logger.Warn("pgq client: extend_lease failed", "lease_id", leaseID, "error", err)
-			return
-		}
-		c.extensions.Add(1)
-		leasedAt = time.Now()
-	}
-
-	if c.txHandler != nil {
-		for i := range ds {
-			extend()
-			c.handleTx(pctx, &ds[i])
-		}
-		return len(ds), nil, nil
-	}
+	pl := c.startPage(ctx, leaseID, leasedAt)
+	hctx := pl.ctx
 
 	type failure struct {
 		id  int64
@@ -693,28 +835,67 @@ func (c *Consumer) page(ctx context.Context, pending *pendingAck, more func() bo
 	}
 	ok := make([]int64, 0, len(ds))
 	var failed []failure
+	handled := 0
 	for i := range ds {
-		extend()
-		if err := c.call(pctx, &ds[i]); err != nil {
-			failed = append(failed, failure{ds[i].ID, err})
-		} else {
+		if hctx.Err() != nil {
+			break
+		}
+		handled++
+		if c.txHandler != nil {
+			c.handleTx(pl, &ds[i])
+			continue
+		}
+		err := c.call(hctx, &ds[i])
+		switch {
+		case err == nil:
 			ok = append(ok, ds[i].ID)
+		case hctx.Err() != nil:
+			// Interrupted (stop timeout or lost lease): not a failure of the
+			// message; it comes back after the lease.
+		default:
+			failed = append(failed, failure{ds[i].ID, err})
 		}
 	}
-	if len(failed) == 0 {
-		if ctx.Err() == nil && !c.cfg.DisablePipelinedAck && (len(ds) == c.cfg.MaxMessages || more()) {
-			return len(ds), &pendingAck{leaseID: leaseID, n: len(ds)}, nil
-		}
-		if c.settle(pctx, sqlAckAll, leaseID) {
-			c.acked.Add(int64(len(ok)))
+	cause := context.Cause(hctx)
+	pl.finish()
+	until := pl.until()
+	if handled < len(ds) {
+		c.cfg.Logger.Warn("pgq client: stopped handing out the page in hand; the rest comes back after the lease",
+			"topic", c.cfg.Topic, "group", c.cfg.Group, "lease_id", leaseID,
+			"not_handled", len(ds)-handled, "reason", cause)
+	}
+	if c.txHandler != nil {
+		return len(ds), nil, nil
+	}
+	if pl.lost() {
+		if len(ok) > 0 {
+			c.errs.Add(1)
+			c.cfg.Logger.Warn("pgq client: the page was taken over while it was handled; its handled messages "+
+				"cannot be acked and their new holder handles them again",
+				"topic", c.cfg.Topic, "group", c.cfg.Group, "lease_id", leaseID, "handled", len(ok))
 		}
 		return len(ds), nil, nil
 	}
-	if len(ok) > 0 && c.settle(pctx, sqlAckIDs, leaseID, ok) {
-		c.acked.Add(int64(len(ok)))
+	if len(failed) == 0 && len(ok) == len(ds) {
+		if ctx.Err() == nil && !c.cfg.DisablePipelinedAck && (len(ds) == c.cfg.MaxMessages || more()) {
+			return len(ds), &pendingAck{leaseID: leaseID, n: len(ds), until: until}, nil
+		}
+	}
+	sctx, cancel := c.settleContext(ctx, until)
+	defer cancel()
+	switch {
+	case len(ok) == 0:
+	case len(ok) == len(ds):
+		if c.settle(sctx, until, sqlAckAll, leaseID) {
+			c.acked.Add(int64(len(ok)))
+		}
+	default:
+		if c.settle(sctx, until, sqlAckIDs, leaseID, ok) {
+			c.acked.Add(int64(len(ok)))
+		}
 	}
 	for _, f := range failed {
-		c.nack(pctx, leaseID, f.id, f.err)
+		c.nack(sctx, until, leaseID, f.id, f.err)
 	}
 	return len(ds), nil, nil
 }
@@ -729,7 +910,8 @@ func (c *Consumer) call(ctx context.Context, d *Delivery) (err error) {
 	return c.handler(ctx, d)
 }
 
-func (c *Consumer) handleTx(ctx context.Context, d *Delivery) {
+func (c *Consumer) handleTx(pl *pageLease, d *Delivery) {
+	ctx := pl.ctx
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -747,20 +929,24 @@ func (c *Consumer) handleTx(ctx context.Context, d *Delivery) {
 		return
 	}
 	var he *handlerError
-	if errors.As(err, &he) {
-		c.nack(ctx, d.LeaseID, d.ID, he.err)
+	if errors.As(err, &he) && ctx.Err() == nil {
+		until := pl.until()
+		sctx, cancel := c.settleContext(ctx, until)
+		defer cancel()
+		c.nack(sctx, until, d.LeaseID, d.ID, he.err)
 		return
 	}
-	// The ack or the commit failed. Everything rolled back; the message
-	// comes back after the lease or is already with its new holder.
+	// The ack or the commit failed, or the handler was interrupted.
+	// Everything rolled back; the message comes back after the lease or is
+	// already with its new holder.
 	c.errs.Add(1)
 	if IsFenced(err) {
 		c.cfg.Logger.Warn("pgq client: fenced: the lease expired and the message went to another consumer; "+
 			"the transaction rolled back", "lease_id", d.LeaseID, "message_id", d.ID, "error", err)
 		return
 	}
-	c.cfg.Logger.Warn("pgq client: transaction with ack failed; rolled back", "lease_id", d.LeaseID,
-		"message_id", d.ID, "error", err)
+	c.cfg.Logger.Warn("pgq client: transaction with ack failed or was interrupted; rolled back", "lease_id", d.LeaseID,
+		"message_id", d.ID, "error", err, "cause", context.Cause(ctx))
 }
 
 type handlerError struct{ err error }
@@ -768,25 +954,30 @@ type handlerError struct{ err error }
 func (e *handlerError) Error() string { return e.err.Error() }
 func (e *handlerError) Unwrap() error { return e.err }
 
-func (c *Consumer) settle(ctx context.Context, sql string, args ...any) bool {
-	if _, err := c.pool.Exec(ctx, sql, args...); err != nil {
-		c.errs.Add(1)
-		switch {
-		case IsFenced(err):
-			c.cfg.Logger.Warn("pgq client: ack fenced: the lease expired and its messages went to another consumer",
-				"lease_id", args[0], "error", err)
-		case IsNotFound(err):
-			c.cfg.Logger.Warn("pgq client: ack of a lease the server no longer has", "lease_id", args[0], "error", err)
-		default:
-			c.cfg.Logger.Warn("pgq client: ack failed; the messages come back after the lease",
-				"lease_id", args[0], "error", err)
-		}
-		return false
+// settle acks (sql is sqlAckAll or sqlAckIDs), retrying connection errors
+// on a fresh connection while the lease is valid (until). A final failure
+// is counted (Stats.SettleFailures) and logged.
+func (c *Consumer) settle(ctx context.Context, until time.Time, sql string, args ...any) bool {
+	err := c.execRetry(ctx, until, "ack", sql, args...)
+	if err == nil {
+		return true
 	}
-	return true
+	c.errs.Add(1)
+	c.settleFailures.Add(1)
+	switch {
+	case IsFenced(err):
+		c.cfg.Logger.Warn("pgq client: ack fenced: the lease expired and its messages went to another consumer",
+			"lease_id", args[0], "error", err)
+	case IsNotFound(err):
+		c.cfg.Logger.Warn("pgq client: ack of a lease the server no longer has", "lease_id", args[0], "error", err)
+	default:
+		c.cfg.Logger.Error("pgq client: ack failed for good; the messages come back after the lease and are handled again",
+			"lease_id", args[0], "error", err)
+	}
+	return false
 }
 
-func (c *Consumer) nack(ctx context.Context, leaseID, id int64, herr error) {
+func (c *Consumer) nack(ctx context.Context, until time.Time, leaseID, id int64, herr error) {
 	var retry any // NULL: the server's exponential backoff
 	var re *RetryError
 	if errors.As(herr, &re) {
@@ -796,13 +987,99 @@ func (c *Consumer) nack(ctx context.Context, leaseID, id int64, herr error) {
 	if r := []rune(msg); len(r) > maxNackError { // fanout.nack refuses longer error texts (PGQ03)
 		msg = string(r[:maxNackError])
 	}
-	if _, err := c.pool.Exec(ctx, sqlNack, leaseID, []int64{id}, retry, msg); err != nil {
+	if err := c.execRetry(ctx, until, "nack", sqlNack, leaseID, []int64{id}, retry, msg); err != nil {
 		c.errs.Add(1)
+		c.settleFailures.Add(1)
 		c.cfg.Logger.Warn("pgq client: nack failed; the message comes back after the lease",
 			"lease_id", leaseID, "message_id", id, "error", err)
 		return
 	}
 	c.nacked.Add(1)
+}
+
+// execRetry runs one settling statement (ack, nack, extend_lease). On a
+// connection error (killed backend, server restart, network) it tries again
+// on a fresh connection, at once and then with backoff from ErrorBackoff up
+// to MaxErrorBackoff, as long as the next try starts before until (the
+// lease's local deadline: after it the messages may belong to another
+// consumer) and ctx lives. It returns the last error.
+func (c *Consumer) execRetry(ctx context.Context, until time.Time, what, sql string, args ...any) error {
+	_, err := c.pool.Exec(ctx, sql, args...)
+	backoff := time.Duration(0)
+	for try := 1; err != nil && isConnError(err) && ctx.Err() == nil; try++ {
+		if !time.Now().Add(backoff).Before(until) {
+			return fmt.Errorf("%s: gave up after %d tries (the lease runs out): %w", what, try, err)
+		}
+		c.errs.Add(1)
+		c.retries.Add(1)
+		c.cfg.Logger.Warn("pgq client: "+what+" failed on a connection error; trying again on a fresh connection",
+			"topic", c.cfg.Topic, "group", c.cfg.Group, "try", try, "backoff", backoff, "error", err)
+		if backoff > 0 {
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("%s: %w (after %w)", what, ctx.Err(), err)
+			case <-t.C:
+			}
+		}
+		backoff = min(max(backoff*2, c.cfg.ErrorBackoff), c.cfg.MaxErrorBackoff)
+		err = c.execFresh(ctx, sql, args...)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// execFresh runs sql on a new connection with the pool's settings (and its
+// BeforeConnect and AfterConnect hooks), not on one of the pool's idle
+// connections, which a server restart or pg_terminate_backend may have
+// killed too.
+func (c *Consumer) execFresh(ctx context.Context, sql string, args ...any) error {
+	pcfg := c.pool.Config()
+	cc := pcfg.ConnConfig
+	if pcfg.BeforeConnect != nil {
+		if err := pcfg.BeforeConnect(ctx, cc); err != nil {
+			return fmt.Errorf("fresh connection: %w", err)
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("fresh connection: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if pcfg.AfterConnect != nil {
+		if err := pcfg.AfterConnect(ctx, conn); err != nil {
+			return fmt.Errorf("fresh connection: %w", err)
+		}
+	}
+	_, err = conn.Exec(ctx, sql, args...)
+	return err
+}
+
+// isConnError tells whether err is a lost or refused connection (or a
+// server shutting down): the statement may succeed on a new connection.
+// Errors the server raised for the statement itself, and context errors,
+// are not.
+func isConnError(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || // connection_exception
+			pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" || // admin/crash shutdown, cannot connect now
+			pe.Code == "53300" // too_many_connections
+	}
+	return true // io and network errors, closed connections
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // maxNackError is the longest error text fanout.nack accepts (characters).

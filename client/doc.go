@@ -57,10 +57,18 @@
 // listener connection is down, or the topic was created with notify => false,
 // in which case the consumer does not LISTEN at all).
 //
+// Lease: while a page is handled a timer extends its lease every half
+// lease, also during one long handler; when the lease is lost the handler's
+// context is cancelled (context.Cause wraps ErrLeaseLost) and the rest of
+// the page is not handed out.
+//
 // Graceful stop: when the context passed to Run is cancelled, the consumer
 // stops reading, finishes the page it holds (handlers keep running with a
-// context that is not cancelled, bounded by Config.StopTimeout), settles it,
-// and Run returns nil.
+// context that is not cancelled, bounded by Config.StopTimeout; after it no
+// further handler is called), settles what succeeded with a context that
+// outlives the cancellation, and Run returns nil. Acks, nacks and
+// extensions that meet a connection error are retried on a fresh connection
+// while the lease is valid.
 //
 // Delivery is at least once: a consumer that dies mid-page leaves its lease
 // to expire, and the page's un-acked messages are delivered again (attempt

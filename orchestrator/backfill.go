@@ -2,10 +2,14 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // BackfillConfig configures the adaptive rate limiter of a Backfill.
@@ -25,6 +29,20 @@ type BackfillConfig struct {
 	MaxSteps int
 	// Clock measures latencies and paces steps. Default RealClock.
 	Clock Clock
+}
+
+// Validate rejects rates that are not finite numbers or are negative (a
+// NaN MaxRate passed every "<= 0" check and left backfills unthrottled).
+func (c BackfillConfig) Validate() error {
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"max rate", c.MaxRate}, {"min rate", c.MinRate}} {
+		if math.IsNaN(r.v) || math.IsInf(r.v, 0) || r.v < 0 {
+			return fmt.Errorf("backfill %s %g: want a finite number >= 0 (0: the default)", r.name, r.v)
+		}
+	}
+	return nil
 }
 
 func (c BackfillConfig) withDefaults() BackfillConfig {
@@ -139,7 +157,7 @@ func (b *Backfill) Run(ctx context.Context, step StepFunc) (BackfillResult, erro
 		start := clk.Now()
 		n, err := step(ctx)
 		if err != nil {
-			if budgetSpent(ctx) {
+			if isCancellation(err) && budgetSpent(ctx) {
 				return res, nil // the run's time is up: the next run goes on
 			}
 			return res, fmt.Errorf("backfill step %d: %w", res.Steps+1, err)
@@ -167,5 +185,17 @@ func budgetSpent(ctx context.Context) bool {
 		return true
 	}
 	dl, ok := ctx.Deadline()
-	return ok && time.Until(dl) < 50*time.Millisecond
+	return ok && time.Until(dl) < 50*time.Millisecond // a context's deadline is on the wall clock
+}
+
+// isCancellation tells whether a step failed because its time ran out (the
+// context, or the statement_timeout set from it: SQLSTATE 57014) rather
+// than for a reason of its own, which is reported however close the
+// deadline is.
+func isCancellation(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
+		return true
+	}
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "57014" // query_canceled (statement_timeout)
 }

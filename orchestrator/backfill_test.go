@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -142,4 +143,49 @@ func TestBackfillJobAgainstDatabase(t *testing.T) {
 	res, err = s.RunJob(b.ctx, "public.test_backfill_step")
 	require.NoError(t, err)
 	require.Equal(t, Result{}, res)
+}
+
+// A step that fails for a reason of its own is reported even when the run's
+// deadline is within the last 50 ms (it was taken for the budget running out
+// and the run reported success); a step cut off by the deadline is not an
+// error: the next run goes on.
+func TestBackfillStepErrorNearDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bf := NewBackfill(BackfillConfig{MaxSteps: 10})
+
+	ctx, cancel := context.WithTimeout(b.ctx, 40*time.Millisecond)
+	defer cancel()
+	steps := 0
+	_, err := bf.Run(ctx, func(ctx context.Context) (int64, error) {
+		steps++
+		// The statement runs whatever the deadline (it must fail for its own
+		// reason, not be cut off): a real error from the server.
+		var n int64
+		err := b.Pool.QueryRow(context.WithoutCancel(ctx), `SELECT 1 / (random() * 0)::int`).Scan(&n)
+		return n, err
+	})
+	require.Equal(t, 1, steps)
+	require.ErrorContains(t, err, "backfill step 1")
+	require.ErrorContains(t, err, "division by zero", "a step error within 50 ms of the deadline is reported")
+
+	ctx, cancel = context.WithTimeout(b.ctx, 40*time.Millisecond)
+	defer cancel()
+	res, err := bf.Run(ctx, func(ctx context.Context) (int64, error) {
+		_, err := b.Pool.Exec(ctx, `SELECT pg_sleep(60)`)
+		return 0, err
+	})
+	require.NoError(t, err, "a step cut off by the run's deadline is not an error")
+	require.Zero(t, res.Steps)
+}
+
+func TestBackfillConfigRejectsNonFiniteRates(t *testing.T) {
+	t.Parallel()
+	for _, r := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), -1} {
+		err := SchedulerConfig{Backfill: BackfillConfig{MaxRate: r}}.Validate()
+		require.ErrorContains(t, err, "backfill max rate", "max rate %g", r)
+		err = SchedulerConfig{Backfill: BackfillConfig{MinRate: r}}.Validate()
+		require.ErrorContains(t, err, "backfill min rate", "min rate %g", r)
+	}
+	require.NoError(t, SchedulerConfig{Backfill: BackfillConfig{MaxRate: 5, MinRate: 1}}.Validate())
 }

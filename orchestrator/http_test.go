@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -201,4 +202,92 @@ func TestHealthzJobKeepsFailing(t *testing.T) {
 	require.NoError(t, err)
 	code, h := health(t, srv.URL)
 	require.Equal(t, http.StatusOK, code, h.Reason)
+}
+
+// okJob succeeds at once on a given schedule.
+type okJob struct{ name, spec string }
+
+func (j okJob) Name() string                      { return j.name }
+func (j okJob) Schedule() string                  { return j.spec }
+func (okJob) Run(context.Context) (Result, error) { return Result{}, nil }
+
+// A job on a schedule with uneven gaps is overdue by its own schedule: the
+// second firing after its last success, plus timeout and jitter, not twice
+// the gap between the first two firings after it was registered (which
+// called "0 9-17 * * *" overdue every night and "0 3 * * 1-5" every
+// weekend). Driven by a stub clock; the leadership is real and renewed as
+// the clock moves.
+func TestHealthzIrregularSchedules(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		spec      string
+		register  time.Time   // the sidecar starts (and is elected) here
+		success   time.Time   // the job's last success
+		fine      []time.Time // not overdue at these
+		overdueAt time.Time   // overdue from here (second firing after success + timeout)
+		timeout   time.Duration
+	}{
+		{
+			spec:     "0 9-17 * * *",
+			register: time.Date(2026, 11, 23, 10, 30, 0, 0, time.Local), // Monday; next gaps: 1 h
+			success:  time.Date(2026, 11, 23, 17, 0, 0, 0, time.Local),
+			fine: []time.Time{
+				time.Date(2026, 11, 23, 23, 0, 0, 0, time.Local),
+				time.Date(2026, 11, 24, 3, 0, 0, 0, time.Local),
+				time.Date(2026, 11, 24, 9, 30, 0, 0, time.Local), // missed 09:00: one firing may be missed
+				time.Date(2026, 11, 24, 10, 0, 30, 0, time.Local),
+			},
+			overdueAt: time.Date(2026, 11, 24, 10, 1, 1, 0, time.Local),
+			timeout:   time.Minute,
+		},
+		{
+			spec:     "0 3 * * 1-5",
+			register: time.Date(2026, 11, 23, 2, 0, 0, 0, time.Local), // Monday; next gap: 24 h
+			success:  time.Date(2026, 11, 27, 3, 0, 0, 0, time.Local), // Friday
+			fine: []time.Time{
+				time.Date(2026, 11, 28, 12, 0, 0, 0, time.Local), // Saturday
+				time.Date(2026, 11, 29, 4, 0, 0, 0, time.Local),  // Sunday, 49 h after
+				time.Date(2026, 11, 30, 3, 30, 0, 0, time.Local), // Monday, missed one
+				time.Date(2026, 12, 1, 3, 0, 30, 0, time.Local),
+			},
+			overdueAt: time.Date(2026, 12, 1, 3, 1, 1, 0, time.Local),
+			timeout:   time.Minute,
+		},
+	} {
+		t.Run(tc.spec, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			clk := newFakeClock(tc.register)
+			name := randomName("irregular_")
+			s := b.scheduler(t, SchedulerConfig{Clock: clk, LeaderTTL: time.Hour, LeaderID: name,
+				LeaderName: name, DiscoverSchedule: "@yearly", JobTimeout: tc.timeout})
+			require.NoError(t, s.Register(okJob{name, tc.spec}))
+			require.NoError(t, s.elector.attempt(b.ctx))
+			require.True(t, s.IsLeader())
+			// moveTo advances the stub clock in steps shorter than the
+			// local lease, renewing it at each, so this sidecar stays the
+			// leader throughout (a new election would reopen the window).
+			moveTo := func(at time.Time) {
+				t.Helper()
+				for clk.Now().Before(at) {
+					clk.Advance(min(30*time.Minute, at.Sub(clk.Now())))
+					require.NoError(t, s.elector.attempt(b.ctx))
+					require.True(t, s.IsLeader())
+				}
+			}
+			moveTo(tc.success)
+			_, err := s.RunJob(b.ctx, name)
+			require.NoError(t, err)
+			require.Equal(t, tc.success, jobStatus(t, s, name).LastSuccess)
+			for _, at := range tc.fine {
+				moveTo(at)
+				st := jobStatus(t, s, name)
+				require.False(t, st.Overdue, "%s, last success %s: overdue at %s", tc.spec, tc.success, at)
+				require.NotContains(t, s.Health(b.ctx).Reason, name)
+			}
+			moveTo(tc.overdueAt)
+			require.True(t, jobStatus(t, s, name).Overdue, "%s: overdue at %s", tc.spec, tc.overdueAt)
+			require.Contains(t, s.Health(b.ctx).Reason, "jobs overdue: "+name)
+		})
+	}
 }

@@ -4,12 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ElectorConfig configures an Elector.
@@ -35,6 +39,12 @@ type ElectorConfig struct {
 	// OnChange, when set, is called with the new state whenever this
 	// sidecar gains or loses leadership.
 	OnChange func(leader bool)
+	// ConnConfig, when set, gives the election a connection of its own,
+	// made with these settings (and made again after it breaks), instead of
+	// the db passed to NewElector: jobs that hold every connection of a pool
+	// (stuck on locks, say) cannot starve the renewals then. NewScheduler
+	// sets it from its pool's settings.
+	ConnConfig *pgx.ConnConfig
 }
 
 func (c ElectorConfig) withDefaults() ElectorConfig {
@@ -85,10 +95,14 @@ type Elector struct {
 	cfg ElectorConfig
 	db  DB
 
-	mu     sync.Mutex
-	leader bool
-	until  time.Time // local deadline of the current lease
-	since  time.Time // when this sidecar last became leader
+	connMu sync.Mutex
+	conn   *pgx.Conn // the election's own connection (ConnConfig)
+
+	mu       sync.Mutex
+	leader   bool
+	reported bool      // the state last logged and passed to OnChange
+	until    time.Time // local deadline of the current lease
+	since    time.Time // when this sidecar last became leader
 
 	attempts atomic.Int64 // successful election attempts (won or lost)
 }
@@ -118,9 +132,13 @@ func (e *Elector) Since() time.Time {
 // Run takes part in the election until ctx is done. It does not resign:
 // call Resign after Run returns for a clean handover. Errors (database
 // down) are logged and retried with backoff from 250ms up to RenewInterval.
+// A lease that ran out before it was renewed (renewals failed, or the
+// process was paused past the TTL) is reported as lost before the next
+// attempt, whatever that attempt finds.
 func (e *Elector) Run(ctx context.Context) {
 	failures := 0
 	for {
+		e.expire()
 		wait := e.cfg.StandbyInterval
 		if e.IsLeader() {
 			wait = e.cfg.RenewInterval
@@ -149,22 +167,73 @@ func (e *Elector) attempt(ctx context.Context) error {
 	start := e.cfg.Clock.Now()
 	actx, cancel := context.WithTimeout(ctx, max(e.cfg.RenewInterval, time.Second))
 	defer cancel()
-	var won bool
-	err := e.db.QueryRow(actx,
+	won, err := e.queryBool(actx,
 		`SELECT fanout.leader_attempt($1, make_interval(secs => $2), $3)`,
-		e.cfg.ID, e.cfg.TTL.Seconds(), e.cfg.Name).Scan(&won)
+		e.cfg.ID, e.cfg.TTL.Seconds(), e.cfg.Name)
 	if err != nil {
 		return fmt.Errorf("leader_attempt: %w", err)
 	}
+	e.expire() // a lease that lapsed while the attempt ran is lost, even if this one won
 	e.set(won, start.Add(e.cfg.TTL-e.cfg.TTL/10))
 	e.attempts.Add(1)
 	return nil
 }
 
+// queryBool runs a statement that returns one boolean, on the election's
+// own connection when ConnConfig is set (connecting, or reconnecting after
+// it broke), else on db.
+func (e *Elector) queryBool(ctx context.Context, sql string, args ...any) (bool, error) {
+	var v bool
+	if e.cfg.ConnConfig == nil {
+		err := e.db.QueryRow(ctx, sql, args...).Scan(&v)
+		return v, err
+	}
+	e.connMu.Lock()
+	defer e.connMu.Unlock()
+	if e.conn != nil && e.conn.IsClosed() {
+		e.conn = nil
+	}
+	if e.conn == nil {
+		conn, err := pgx.ConnectConfig(ctx, e.cfg.ConnConfig.Copy())
+		if err != nil {
+			return false, fmt.Errorf("election connection: %w", err)
+		}
+		e.conn = conn
+	}
+	err := e.conn.QueryRow(ctx, sql, args...).Scan(&v)
+	var pe *pgconn.PgError
+	if err != nil && !errors.As(err, &pe) {
+		// Not an error of the statement: the connection may be unusable
+		// (timed out, broken); the next attempt makes a new one.
+		e.closeConnLocked()
+	}
+	return v, err
+}
+
+func (e *Elector) closeConnLocked() {
+	if e.conn == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = e.conn.Close(cctx)
+	e.conn = nil
+}
+
+// Close closes the election's own connection (if any). Call it after Run
+// and Resign.
+func (e *Elector) Close() {
+	e.connMu.Lock()
+	defer e.connMu.Unlock()
+	e.closeConnLocked()
+}
+
+// set records the result of an attempt that won or lost.
 func (e *Elector) set(won bool, until time.Time) {
 	e.mu.Lock()
-	was := e.leader && e.cfg.Clock.Now().Before(e.until)
+	was := e.reported
 	e.leader = won
+	e.reported = won
 	if won {
 		e.until = until
 		if !was {
@@ -175,17 +244,21 @@ func (e *Elector) set(won bool, until time.Time) {
 	e.changed(was, won, "lease not renewed: another sidecar holds it")
 }
 
+// expire reports the loss of a lease whose local deadline has passed.
 func (e *Elector) expire() {
 	e.mu.Lock()
-	expired := e.leader && !e.cfg.Clock.Now().Before(e.until)
+	expired := e.reported && !e.cfg.Clock.Now().Before(e.until)
 	if expired {
 		e.leader = false
+		e.reported = false
 	}
 	e.mu.Unlock()
 	if expired {
-		e.changed(true, false, "lease expired locally: renewals failed")
+		e.changed(true, false, "lease expired locally before it was renewed (renewals failed, or this process was paused past the TTL)")
 	}
 }
+
+const reasonResign = "resigning"
 
 func (e *Elector) changed(was, is bool, reason string) {
 	if was == is {
@@ -194,7 +267,11 @@ func (e *Elector) changed(was, is bool, reason string) {
 	if is {
 		e.cfg.Logger.Info("elected leader", "leader_id", e.cfg.ID, "ttl", e.cfg.TTL.String())
 	} else {
-		e.cfg.Logger.Info("no longer leader", "leader_id", e.cfg.ID, "reason", reason)
+		level := slog.LevelWarn
+		if reason == reasonResign {
+			level = slog.LevelInfo
+		}
+		e.cfg.Logger.Log(context.Background(), level, "no longer leader", "leader_id", e.cfg.ID, "reason", reason)
 	}
 	if e.cfg.OnChange != nil {
 		e.cfg.OnChange(is)
@@ -205,12 +282,13 @@ func (e *Elector) changed(was, is bool, reason string) {
 // at its next attempt instead of waiting for the TTL.
 func (e *Elector) Resign(ctx context.Context) error {
 	e.mu.Lock()
-	was := e.leader && e.cfg.Clock.Now().Before(e.until)
+	was := e.reported
 	e.leader = false
+	e.reported = false
 	e.mu.Unlock()
-	e.changed(was, false, "resigning")
-	var held bool
-	if err := e.db.QueryRow(ctx, `SELECT fanout.leader_resign($1, $2)`, e.cfg.ID, e.cfg.Name).Scan(&held); err != nil {
+	e.changed(was, false, reasonResign)
+	held, err := e.queryBool(ctx, `SELECT fanout.leader_resign($1, $2)`, e.cfg.ID, e.cfg.Name)
+	if err != nil {
 		return fmt.Errorf("leader_resign: %w", err)
 	}
 	if held {

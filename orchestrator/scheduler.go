@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/robfig/cron/v3"
@@ -151,7 +152,9 @@ type JobStatus struct {
 	// LastDuration is how long the last run took.
 	LastDuration time.Duration `json:"last_duration_ns,omitempty"`
 	// Overdue is true on the leader when the job has not succeeded within
-	// its window (two intervals plus its timeout and jitter).
+	// its window: by the second firing of its schedule after its last
+	// success (or its registration, or this sidecar's election), plus its
+	// timeout and jitter.
 	Overdue bool `json:"overdue,omitempty"`
 	// FailingRuns is how many runs in a row failed (0 after a success).
 	FailingRuns int64 `json:"failing_runs,omitempty"`
@@ -182,12 +185,24 @@ type Scheduler struct {
 	runWG    sync.WaitGroup
 	runCtx   context.Context
 	cancel   context.CancelFunc
+	// stopCtx is cancelled when Run starts stopping (a run waiting out its
+	// jitter then does not start).
+	stopCtx context.Context
+	stopNow context.CancelFunc
+	// term lives while this sidecar leads; scheduled runs are cancelled
+	// with ErrLeadershipLost when it ends. nil while not leading.
+	term       context.Context
+	termCancel context.CancelCauseFunc
+	inFlight   int // scheduled runs in progress
 
 	noResign bool // tests: simulate a crash (no handover)
 }
 
 // Validate checks the schedules and the backfill expression.
 func (c SchedulerConfig) Validate() error {
+	if err := c.Backfill.Validate(); err != nil { // before defaults: min() would hide a +Inf MinRate
+		return fmt.Errorf("scheduler: %w", err)
+	}
 	c = c.withDefaults()
 	for fn, spec := range c.Schedules {
 		if _, err := ParseSchedule(spec); err != nil {
@@ -232,6 +247,11 @@ func NewScheduler(db DB, cfg SchedulerConfig) (*Scheduler, error) {
 		isBF: isBF,
 	}
 	s.runCtx, s.cancel = context.WithCancel(context.Background())
+	s.stopCtx, s.stopNow = context.WithCancel(context.Background())
+	var electConn *pgx.ConnConfig
+	if p, ok := db.(*pgxpool.Pool); ok {
+		electConn = electionConnConfig(p.Config().ConnConfig)
+	}
 	s.metrics = newMetrics(reg, func() bool { return s.elector.IsLeader() })
 	reg.MustRegister(newStatsCollector(db, cfg.LeaderName, cfg.Logger))
 	cl := cronLogger{s.log}
@@ -240,7 +260,7 @@ func NewScheduler(db DB, cfg SchedulerConfig) (*Scheduler, error) {
 	s.elector = NewElector(db, ElectorConfig{
 		ID: cfg.LeaderID, Name: cfg.LeaderName, TTL: cfg.LeaderTTL,
 		Clock: cfg.Clock, Logger: s.log,
-		OnChange: s.onLeaderChange,
+		OnChange: s.onLeaderChange, ConnConfig: electConn,
 	})
 	if err := s.register(NewDiscoverJob(db, DiscoverConfig{
 		Schedule: cfg.DiscoverSchedule, Clock: cfg.Clock, Register: s.ensureMaintenanceJob,
@@ -385,28 +405,66 @@ func MaintenanceFuncs(ctx context.Context, db DB, cfg SchedulerConfig) ([]Mainte
 	return out, nil
 }
 
-// scheduled is what cron runs: on the leader only, after jitter.
+// ErrLeadershipLost is the cause (context.Cause) of a scheduled run's
+// context when this sidecar lost leadership while the run was in flight:
+// another sidecar may be running the same job.
+var ErrLeadershipLost = errors.New("scheduler: leadership lost")
+
+// electionConnConfig is the pool's connection settings for the election's
+// own connection, named "<application_name> election" in pg_stat_activity.
+func electionConnConfig(cc *pgx.ConnConfig) *pgx.ConnConfig {
+	cc = cc.Copy()
+	name := cc.RuntimeParams["application_name"]
+	if name == "" {
+		name = DefaultLeaderName
+	}
+	cc.RuntimeParams["application_name"] = name + " election"
+	return cc
+}
+
+// scheduled is what cron runs: on the leader only, after jitter. The run's
+// context ends when leadership is lost; after the jitter it starts only if
+// the scheduler is not stopping and still leads.
 func (s *Scheduler) scheduled(e *entry) {
 	if !s.elector.IsLeader() {
 		return
 	}
 	s.mu.Lock()
-	if s.stopping {
+	term := s.term
+	if s.stopping || term == nil {
 		s.mu.Unlock()
 		return
 	}
 	s.runWG.Add(1)
+	s.inFlight++
 	s.mu.Unlock()
-	defer s.runWG.Done()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+		s.runWG.Done()
+	}()
+	ctx, cancel := context.WithCancelCause(s.runCtx)
+	defer cancel(nil)
+	stopTerm := context.AfterFunc(term, func() { cancel(context.Cause(term)) })
+	defer stopTerm()
 	if j := min(s.cfg.Jitter, e.interval/2); j > 0 {
-		if s.cfg.Clock.Sleep(s.runCtx, rand.N(j)) != nil {
+		jctx, jcancel := context.WithCancel(ctx)
+		stopJitter := context.AfterFunc(s.stopCtx, jcancel)
+		err := s.cfg.Clock.Sleep(jctx, rand.N(j))
+		stopJitter()
+		jcancel()
+		if err != nil {
 			return
 		}
 	}
-	if !s.elector.IsLeader() {
+	s.mu.Lock()
+	stopping := s.stopping
+	s.mu.Unlock()
+	if stopping || ctx.Err() != nil || !s.elector.IsLeader() {
 		return
 	}
-	_, _ = s.runEntry(s.runCtx, e)
+	_, _ = s.runEntry(ctx, e)
 }
 
 // RunJob runs the named job once, now, whether or not this sidecar leads
@@ -483,6 +541,18 @@ func (s *Scheduler) record(e *entry, log *slog.Logger, res Result, err error, d 
 }
 
 func (s *Scheduler) onLeaderChange(leader bool) {
+	s.mu.Lock()
+	if s.termCancel != nil {
+		s.termCancel(ErrLeadershipLost)
+		s.term, s.termCancel = nil, nil
+		if !leader && s.inFlight > 0 {
+			s.log.Warn("leadership lost: cancelling the runs in flight", "runs", s.inFlight)
+		}
+	}
+	if leader {
+		s.term, s.termCancel = context.WithCancelCause(context.Background())
+	}
+	s.mu.Unlock()
 	if leader {
 		// Look for work at once instead of waiting for the next tick.
 		s.mu.Lock()
@@ -515,13 +585,28 @@ func (s *Scheduler) Jobs() []JobStatus {
 		}
 		ref := maxTime(e.lastSuccess, e.registered, since)
 		e.mu.Unlock()
-		window := 2*e.interval + e.timeout + max(s.cfg.Jitter, 0)
-		st.Overdue = leader && now.Sub(ref) > window
+		st.Overdue = leader && e.overdue(ref, now, max(s.cfg.Jitter, 0))
 		st.Failing = leader && st.FailingRuns >= FailingRunsUnhealthy
 		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b JobStatus) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// overdue tells whether a job whose window opened at ref (its last success,
+// or when it was registered or this sidecar was elected, whichever is
+// latest) has missed its window at now: the second firing of its own
+// schedule after ref, plus its timeout and jitter. It follows the schedule
+// itself, so uneven gaps count as they are: "0 9-17 * * *" that last
+// succeeded at 17:00 is due again by 10:00 the next day, not two hours
+// later; "0 3 * * 1-5" that succeeded on Friday by Tuesday. A schedule that
+// never fires again is never overdue.
+func (e *entry) overdue(ref, now time.Time, jitter time.Duration) bool {
+	second := e.sched.Next(e.sched.Next(ref))
+	if second.IsZero() {
+		return false
+	}
+	return now.After(second.Add(e.timeout + jitter))
 }
 
 func maxTime(ts ...time.Time) time.Time {
@@ -559,6 +644,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.stopping = true
 	s.mu.Unlock()
+	s.stopNow()
 	s.cron.Stop()
 
 	// Keep renewing the lease while running jobs finish.
@@ -578,6 +664,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.cancel()
 	stopElect()
 	<-elected
+	defer s.elector.Close()
 	if s.noResign {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -63,7 +64,7 @@ func newFlagSet(cmd string, o *options) *flag.FlagSet {
 	o.timeouts = mapFlag{}
 	fs.StringVar(&o.listen, "listen", ":9187", "address of /metrics and /healthz (empty: no HTTP server)")
 	fs.BoolVar(&o.migrate, "migrate", false, "apply the embedded migrations before starting")
-	fs.IntVar(&o.maxConns, "max-conns", 4, "connection pool size")
+	fs.IntVar(&o.maxConns, "max-conns", 4, "connection pool size of the jobs, 2..10000 (the leader election has a connection of its own)")
 	fs.StringVar(&o.leaderID, "leader-id", "", "this sidecar's id in fanout.leader (default host-pid-random)")
 	fs.StringVar(&o.leaderName, "leader-name", orchestrator.DefaultLeaderName, "elected role; sidecars with different names run independently")
 	fs.DurationVar(&o.leaderTTL, "leader-ttl", orchestrator.DefaultLeaderTTL, "leader lease; renewed every ttl/3, a standby takes over within it")
@@ -252,6 +253,24 @@ func (m mapFlag) durations() (map[string]time.Duration, error) {
 		out[k] = d
 	}
 	return out, nil
+}
+
+// maxMaxConns bounds --max-conns (PostgreSQL's max_connections is at most
+// 262143; a pool size also has to fit pgxpool's int32).
+const maxMaxConns = 10000
+
+// checkRunNumbers rejects numeric settings of `run` that parse but make no
+// sense: a NaN or infinite --backfill-max-rate (NaN passed "> 0" checks and
+// left backfills unthrottled) and a --max-conns outside 2..maxMaxConns
+// (4294967298 wrapped to 2 in the pool's int32).
+func (o *options) checkRunNumbers() error {
+	switch {
+	case math.IsNaN(o.backfillMaxRate) || math.IsInf(o.backfillMaxRate, 0) || o.backfillMaxRate <= 0:
+		return fmt.Errorf("run: --backfill-max-rate %g: want a finite number > 0", o.backfillMaxRate)
+	case o.maxConns < 2 || o.maxConns > maxMaxConns:
+		return fmt.Errorf("run: --max-conns %d: want between 2 and %d", o.maxConns, maxMaxConns)
+	}
+	return nil
 }
 
 type discard struct{}

@@ -171,15 +171,14 @@ func runScheduler(ctx context.Context, o *options, logger *slog.Logger) error {
 	if err != nil {
 		return usageError{fmt.Errorf("run: %w", err)}
 	}
+	if err := o.checkRunNumbers(); err != nil {
+		return usageError{err}
+	}
 	switch {
 	case o.leaderTTL < time.Second || o.leaderTTL > time.Hour:
 		return usageError{fmt.Errorf("run: --leader-ttl %s: want between 1s and 1h", o.leaderTTL)}
-	case o.maxConns < 2:
-		return usageError{fmt.Errorf("run: --max-conns %d: want at least 2", o.maxConns)}
 	case o.batchLimit < 1:
 		return usageError{fmt.Errorf("run: --batch-limit %d: want at least 1", o.batchLimit)}
-	case o.backfillMaxRate <= 0:
-		return usageError{fmt.Errorf("run: --backfill-max-rate %g: want > 0", o.backfillMaxRate)}
 	case o.consoleAdmin && (!o.console || o.consoleToken == ""):
 		return usageError{errors.New("run: --console-admin needs --console and a --console-token (or PGQ_CONSOLE_TOKEN)")}
 	case o.jitter < 0 || o.jobTimeout <= 0 || o.shutdownTimeout <= 0 || o.backfillTargetLatency <= 0:

@@ -173,6 +173,15 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"run", "--database-url", "postgres://h/db", "--console-admin"}, nil, "--console-admin needs --console and a --console-token"},
 		{[]string{"run", "--database-url", "postgres://h/db", "--console=false"}, map[string]string{"PGQ_CONSOLE_ADMIN": "true", "PGQ_CONSOLE_TOKEN": "t"}, "--console-admin needs --console"},
 		{[]string{"migrate", "--config", "/nonexistent/pgq.conf", "--database-url", "postgres://h/db"}, nil, "config: open /nonexistent/pgq.conf"},
+		// Numbers that parse but must not start a sidecar: NaN and +Inf left
+		// backfills unthrottled, 4294967298 wrapped to a pool of 2, and
+		// 3000000000 failed later with exit status 1.
+		{[]string{"run", "--database-url", "postgres://h/db", "--backfill-max-rate", "NaN"}, nil, "--backfill-max-rate NaN: want a finite number > 0"},
+		{[]string{"run", "--database-url", "postgres://h/db", "--backfill-max-rate", "+Inf"}, nil, "--backfill-max-rate +Inf: want a finite number > 0"},
+		{[]string{"run", "--database-url", "postgres://h/db"}, map[string]string{"PGQ_BACKFILL_MAX_RATE": "-Inf"}, "--backfill-max-rate -Inf: want a finite number > 0"},
+		{[]string{"run", "--database-url", "postgres://h/db", "--max-conns", "4294967298"}, nil, "--max-conns 4294967298: want between 2 and 10000"},
+		{[]string{"run", "--database-url", "postgres://h/db", "--max-conns", "3000000000"}, nil, "--max-conns 3000000000: want between 2 and 10000"},
+		{[]string{"run", "--database-url", "postgres://h/db", "--max-conns", "1"}, nil, "--max-conns 1: want between 2 and 10000"},
 	} {
 		_, _, err := cli(ctx, tc.env, tc.args...)
 		require.ErrorContains(t, err, tc.want, "args %q", tc.args)
@@ -329,6 +338,10 @@ func TestBinaryErrors(t *testing.T) {
 	}{
 		{[]string{"status", "--nope"}, 2, "pgq-scheduler: status: flag provided but not defined: -nope (see: pgq-scheduler help)"},
 		{[]string{"frobnicate"}, 2, `pgq-scheduler: unknown command "frobnicate"`},
+		{[]string{"run", "--max-conns", "3000000000", "--database-url", "postgres://postgres@127.0.0.1:1/x?sslmode=disable"}, 2,
+			"pgq-scheduler: run: --max-conns 3000000000: want between 2 and 10000"},
+		{[]string{"run", "--backfill-max-rate", "NaN", "--database-url", "postgres://postgres@127.0.0.1:1/x?sslmode=disable"}, 2,
+			"pgq-scheduler: run: --backfill-max-rate NaN: want a finite number > 0"},
 		{[]string{"status", "--database-url", "postgres://postgres@127.0.0.1:1/x?sslmode=disable"}, 1,
 			"pgq-scheduler: status: database unreachable: failed to connect to"},
 		{[]string{"migrate", "--database-url", "postgres://postgres@127.0.0.1:1/x?sslmode=disable"}, 1,
@@ -589,4 +602,57 @@ func TestBinaryKillAndResurrect(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no exit after SIGTERM")
 	}
+}
+
+// Finding 5, through the real binaries: a leader paused with SIGSTOP past
+// its TTL is replaced by the standby; once resumed (SIGCONT) it logs that it
+// lost leadership (it said nothing: its first attempt after the pause just
+// lost, and the loss of a lease already past its local deadline was not
+// reported) and stops reporting itself as leader.
+func TestBinaryLeaderPausedPastTTL(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	a, addrA, logsA, _ := startBinary(t, b, "--leader-id", "paused", "--leader-ttl", "2s")
+
+	c := exec.Command(binary(t), "run", "--listen", "127.0.0.1:0", "--jitter", "0", "--leader-id", "standby",
+		"--leader-ttl", "2s", "--discover-schedule", "@every 1s", "--default-schedule", "@every 1s")
+	c.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + b.URL, "PGQ_LOG_LEVEL=debug"}
+	logsC := &testdb.SyncBuffer{}
+	c.Stderr = logsC
+	require.NoError(t, c.Start())
+	go func() { _ = c.Wait() }()
+	t.Cleanup(func() {
+		_ = c.Process.Kill()
+		if t.Failed() {
+			t.Logf("standby stderr:\n%s", logsC.String())
+		}
+	})
+	addrC := listenedAddr(t, logsC)
+	require.Eventually(t, func() bool {
+		_, body := httpGet("http://" + addrC + "/healthz")
+		return strings.Contains(body, `"leader": false`)
+	}, time.Minute, 50*time.Millisecond, "the second binary is a standby")
+
+	require.NoError(t, a.Process.Signal(syscall.SIGSTOP))
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = a.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	require.Eventually(t, func() bool {
+		_, body := httpGet("http://" + addrC + "/healthz")
+		return strings.Contains(body, `"leader": true`)
+	}, time.Minute, 50*time.Millisecond, "the standby takes over from the paused leader")
+	resume()
+
+	require.Eventually(t, func() bool {
+		return strings.Contains(logsA.String(), `"msg":"no longer leader","leader_id":"paused"`)
+	}, time.Minute, 50*time.Millisecond, "the resumed leader logs that it lost leadership")
+	require.Eventually(t, func() bool {
+		_, body := httpGet("http://" + addrA + "/healthz")
+		return strings.Contains(body, `"leader": false`)
+	}, time.Minute, 50*time.Millisecond, "the resumed sidecar no longer says it leads")
 }
