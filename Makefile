@@ -57,7 +57,7 @@ test: build ## lint + Go tests + psql walkthrough + Python/Node examples + pg_cr
 	@set -e; \
 	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
 	export DATABASE_URL PGQ_TEST_RESTART_PORT=$(RESTART_PORT) PGQ_TEST_PGBOUNCER_PORT=$(PGBOUNCER_PORT) \
-	  PGQ_TEST_CONSOLE_LISTEN=$(LISTEN) PGQ_TEST_CHAOS_PORT=$(CHAOS_CI_PORT); \
+	  PGQ_TEST_CHAOS_PORT=$(CHAOS_CI_PORT); \
 	trap 'scripts/test-cleanup.sh "$$DATABASE_URL" || true' EXIT; \
 	scripts/deps.sh ensure pg_cron pgbouncer psycopg node || { \
 	  echo "make test: a component the suite exercises is missing (see above): run 'sudo make deps', then make test" >&2; \

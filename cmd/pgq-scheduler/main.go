@@ -3,7 +3,7 @@
 // copies), serves Prometheus /metrics and /healthz, and prints status.
 //
 //	pgq-scheduler migrate --database-url URL
-//	pgq-scheduler run     --database-url URL --listen :9187
+//	pgq-scheduler run     --database-url URL --listen 127.0.0.1:9187
 //	pgq-scheduler status  --database-url URL
 //	pgq-scheduler version
 //

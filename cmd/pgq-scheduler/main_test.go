@@ -590,3 +590,15 @@ func TestBinaryKillAndResurrect(t *testing.T) {
 		t.Fatal("no exit after SIGTERM")
 	}
 }
+
+// The console, /metrics and /healthz listen on loopback unless told
+// otherwise (all interfaces exposed the console to the network by default).
+func TestDefaultListenIsLoopback(t *testing.T) {
+	t.Parallel()
+	o, err := parseOptions("run", nil, noEnv)
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:9187", o.listen)
+	o, err = parseOptions("run", []string{"--listen", ":9187"}, noEnv)
+	require.NoError(t, err)
+	require.Equal(t, ":9187", o.listen, "every interface, when asked")
+}
