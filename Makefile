@@ -55,13 +55,13 @@ run: build ## throwaway PostgreSQL + migrations + pgq-scheduler run (metrics on 
 
 # Everything, also after a failure: the test databases are dropped at the end
 # (scripts/test-cleanup.sh), so a shared DATABASE_URL server stays clean.
-test: build ## lint + Go tests + psql walkthrough + Python/Node examples + pg_cron (own cluster) + PgBouncer
+test: build ## lint + Go tests + psql walkthrough + Python/Node examples + pg_cron (own cluster) + PgBouncer + promtool
 	@set -e; \
 	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
 	export DATABASE_URL PGQ_TEST_RESTART_PORT=$(RESTART_PORT) PGQ_TEST_PGBOUNCER_PORT=$(PGBOUNCER_PORT) \
 	  PGQ_TEST_CHAOS_PORT=$(CHAOS_CI_PORT) PGQ_TEST_TWOPC_PORT=$(TWOPC_PORT) PGQ_TEST_NOT_RUN=$(CURDIR)/.pgq-dev/not-run.log; \
 	trap 'scripts/test-cleanup.sh "$$DATABASE_URL" || true' EXIT; \
-	scripts/deps.sh ensure pg_cron pgbouncer psycopg node || { \
+	scripts/deps.sh ensure pg_cron pgbouncer psycopg node promtool || { \
 	  echo "make test: a component the suite exercises is missing (see above): run 'sudo make deps', then make test" >&2; \
 	  exit 1; }; \
 	mkdir -p .pgq-dev; rm -f .pgq-dev/not-run.log; \
@@ -71,6 +71,7 @@ test: build ## lint + Go tests + psql walkthrough + Python/Node examples + pg_cr
 	$(GO) test -count=1 -timeout 20m ./... || fail=1; \
 	tests/e2e_psql.sh || fail=1; \
 	tests/examples.sh || fail=1; \
+	deploy/check.sh || fail=1; \
 	wait $$cron && cat .pgq-dev/pg_cron.log || { cat .pgq-dev/pg_cron.log; fail=1; }; \
 	if [ -s .pgq-dev/not-run.log ]; then \
 	  echo "################################################################################" >&2; \
@@ -83,8 +84,8 @@ test: build ## lint + Go tests + psql walkthrough + Python/Node examples + pg_cr
 lint: ## go vet + staticcheck (pinned version, via go run)
 	scripts/lint.sh
 
-deps: ## install what make test exercises: pg_cron, PgBouncer, psycopg, Node pg (as root)
-	scripts/deps.sh ensure pg_cron pgbouncer psycopg node
+deps: ## install what make test exercises: pg_cron, PgBouncer, psycopg, Node pg, promtool (as root)
+	scripts/deps.sh ensure pg_cron pgbouncer psycopg node promtool
 
 # On its own cluster the bench installs Skytools PgQ (Debian's
 # postgresql-<major>-pgq3, as root) for its PgQ baseline; without it those
