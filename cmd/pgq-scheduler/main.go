@@ -223,6 +223,7 @@ func runScheduler(ctx context.Context, o *options, logger *slog.Logger) error {
 	}
 	pcfg.HealthCheckPeriod = 10 * time.Second
 	setAppName(pcfg.ConnConfig.RuntimeParams)
+	orchestrator.WatchPreparedStatements(pcfg.ConnConfig, logger)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
