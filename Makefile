@@ -28,7 +28,7 @@ help: ## list the targets and the variables they take
 	@echo "make TARGET [VAR=value ...]"
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 16
 	@echo "variables: TEST_PORT=$(TEST_PORT) RUN_PORT=$(RUN_PORT) BENCH_PORT=$(BENCH_PORT) RESTART_PORT=$(RESTART_PORT)"
-	@echo "           CRON_PORT=$(CRON_PORT) PGBOUNCER_PORT=$(PGBOUNCER_PORT) LISTEN=$(LISTEN) DATABASE_URL=<server>"
+	@echo "           CRON_PORT=$(CRON_PORT) PGBOUNCER_PORT=$(PGBOUNCER_PORT) TWOPC_PORT=$(TWOPC_PORT) LISTEN=$(LISTEN) DATABASE_URL=<server>"
 
 build: ## build bin/pgq-scheduler
 	$(GO) build -o $(BIN) ./cmd/pgq-scheduler
