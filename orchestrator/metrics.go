@@ -236,10 +236,11 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 const publishedSQL = `
 SELECT t.topic, coalesce(pg_catalog.pg_sequence_last_value(q.seq::regclass), 0)
 FROM fanout.topics t
-CROSS JOIN LATERAL (SELECT pg_catalog.pg_get_serial_sequence(format('fanout_data.%I', 'm' || t.topic_id), 'id') AS seq) q
-WHERE pg_catalog.has_schema_privilege('fanout_data', 'USAGE')
-  AND q.seq IS NOT NULL
-  AND pg_catalog.has_sequence_privilege(q.seq, 'SELECT')`
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN pg_catalog.has_schema_privilege('fanout_data', 'USAGE')
+                THEN pg_catalog.pg_get_serial_sequence(format('fanout_data.%I', 'm' || t.topic_id), 'id') END AS seq) q
+WHERE q.seq IS NOT NULL
+  AND pg_catalog.has_sequence_privilege(q.seq, 'SELECT, USAGE')`
 
 func readPublished(ctx context.Context, db DB) (map[string]int64, error) {
 	rows, err := db.Query(ctx, publishedSQL)

@@ -2,6 +2,9 @@ package orchestrator
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,7 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgfanout/pgq/internal/testdb"
 )
 
 // promtool returns the promtool that make test uses (scripts/deps.sh: on
@@ -127,4 +134,41 @@ func TestMetricsPromtoolCleanAndStartAtZero(t *testing.T) {
 	if dir := os.Getenv("PGQ_TEST_METRICS_OUT"); dir != "" {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "metrics.txt"), []byte(body), 0o644))
 	}
+}
+
+// A sidecar whose role is a fanout_admin member, not the schema's owner,
+// may not read the topics' id sequences: the scrape still answers, with
+// every other series, and without pgq_topic_published_messages_total.
+func TestMetricsPublishedWithoutSequenceRights(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `SELECT fanout.create_topic('orders')`)
+	b.exec(t, `SELECT fanout.publish('orders', '{}')`)
+	var r [5]byte
+	_, _ = rand.Read(r[:])
+	role := "pgq_metrics_" + hex.EncodeToString(r[:])
+	b.exec(t, "CREATE ROLE "+role+" LOGIN IN ROLE fanout_admin")
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), b.Admin)
+		if err == nil {
+			defer conn.Close(context.Background())
+			_, err = conn.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+		}
+		if err != nil {
+			t.Logf("drop role %s: %v", role, err)
+		}
+	})
+	pool, err := pgxpool.New(b.ctx, testdb.WithUser(b.URL, role))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s, err := NewScheduler(pool, SchedulerConfig{Logger: b.log, Jitter: -1})
+	require.NoError(t, err)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	code, body := get(t, srv.URL+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.True(t, strings.Contains(body, "pgq_database_up 1"))
+	require.True(t, strings.Contains(body, `pgq_topic_messages{topic="orders"} 1`))
+	require.False(t, strings.Contains(body, "pgq_topic_published_messages_total{"))
+	require.NotContains(t, b.logs.String(), "reading the topics' id sequences failed")
 }
