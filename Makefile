@@ -5,13 +5,15 @@ BIN   := bin/pgq-scheduler
 # Ports of the throwaway clusters (127.0.0.1 only). The extra ones of
 # `make test` follow TEST_PORT unless set: RESTART_PORT (TestDatabaseRestart's
 # second cluster), CRON_PORT (the pg_cron cluster), PGBOUNCER_PORT (PgBouncer
-# in front of the test cluster).
+# in front of the test cluster), TWOPC_PORT (the cluster of the specs that
+# prepare transactions, when the server has max_prepared_transactions = 0).
 TEST_PORT      ?= 25433
 RUN_PORT       ?= 25432
 BENCH_PORT     ?= 25434
 RESTART_PORT   ?= $(shell expr $(TEST_PORT) + 8)
 CRON_PORT      ?= $(shell expr $(TEST_PORT) + 9)
 PGBOUNCER_PORT ?= $(shell expr $(TEST_PORT) + 10)
+TWOPC_PORT     ?= $(shell expr $(TEST_PORT) + 7)
 CHAOS_PORT     ?= 25435
 CHAOS_FAILOVER_PORT ?= 25436
 # TestChaosShort's clusters (this port and the next).
@@ -28,7 +30,7 @@ help: ## list the targets and the variables they take
 	@echo "make TARGET [VAR=value ...]"
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 16
 	@echo "variables: TEST_PORT=$(TEST_PORT) RUN_PORT=$(RUN_PORT) BENCH_PORT=$(BENCH_PORT) RESTART_PORT=$(RESTART_PORT)"
-	@echo "           CRON_PORT=$(CRON_PORT) PGBOUNCER_PORT=$(PGBOUNCER_PORT) LISTEN=$(LISTEN) DATABASE_URL=<server>"
+	@echo "           CRON_PORT=$(CRON_PORT) PGBOUNCER_PORT=$(PGBOUNCER_PORT) TWOPC_PORT=$(TWOPC_PORT) LISTEN=$(LISTEN) DATABASE_URL=<server>"
 
 build: ## build bin/pgq-scheduler
 	$(GO) build -o $(BIN) ./cmd/pgq-scheduler
@@ -55,32 +57,38 @@ run: build ## throwaway PostgreSQL + migrations + pgq-scheduler run (metrics on 
 
 # Everything, also after a failure: the test databases are dropped at the end
 # (scripts/test-cleanup.sh), so a shared DATABASE_URL server stays clean.
-test: build ## lint + Go tests + psql walkthrough + Python/Node examples + pg_cron (own cluster) + PgBouncer
+test: build ## lint + Go tests + psql walkthrough + Python/Node examples + pg_cron (own cluster) + PgBouncer + promtool
 	@set -e; \
 	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
 	export DATABASE_URL PGQ_TEST_RESTART_PORT=$(RESTART_PORT) PGQ_TEST_PGBOUNCER_PORT=$(PGBOUNCER_PORT) \
-	  PGQ_TEST_CONSOLE_LISTEN=$(LISTEN) PGQ_TEST_CHAOS_PORT=$(CHAOS_CI_PORT) \
+	  PGQ_TEST_CHAOS_PORT=$(CHAOS_CI_PORT) PGQ_TEST_TWOPC_PORT=$(TWOPC_PORT) PGQ_TEST_NOT_RUN=$(CURDIR)/.pgq-dev/not-run.log \
 	  PGQ_TEST_FAILOVER_PORT=$(FAILOVER_PORT); \
 	trap 'scripts/test-cleanup.sh "$$DATABASE_URL" || true' EXIT; \
-	scripts/deps.sh ensure pg_cron pgbouncer psycopg node || { \
+	scripts/deps.sh ensure pg_cron pgbouncer psycopg node promtool || { \
 	  echo "make test: a component the suite exercises is missing (see above): run 'sudo make deps', then make test" >&2; \
 	  exit 1; }; \
-	mkdir -p .pgq-dev; \
+	mkdir -p .pgq-dev; rm -f .pgq-dev/not-run.log; \
 	tests/pg_cron.sh $(CRON_PORT) >.pgq-dev/pg_cron.log 2>&1 & cron=$$!; \
 	fail=0; \
 	scripts/lint.sh || fail=1; \
 	$(GO) test -count=1 -timeout 20m ./... || fail=1; \
 	tests/e2e_psql.sh || fail=1; \
 	tests/examples.sh || fail=1; \
+	deploy/check.sh || fail=1; \
 	wait $$cron && cat .pgq-dev/pg_cron.log || { cat .pgq-dev/pg_cron.log; fail=1; }; \
+	if [ -s .pgq-dev/not-run.log ]; then \
+	  echo "################################################################################" >&2; \
+	  echo "make test: NOT RUN (each line says why):" >&2; cat .pgq-dev/not-run.log >&2; \
+	  echo "################################################################################" >&2; \
+	fi; \
 	if [ $$fail != 0 ]; then echo "make test: FAILED (see above)" >&2; exit 1; fi; \
 	echo "make test: all passed"
 
 lint: ## go vet + staticcheck (pinned version, via go run)
 	scripts/lint.sh
 
-deps: ## install what make test exercises: pg_cron, PgBouncer, psycopg, Node pg (as root)
-	scripts/deps.sh ensure pg_cron pgbouncer psycopg node
+deps: ## install what make test exercises: pg_cron, PgBouncer, psycopg, Node pg, promtool (as root)
+	scripts/deps.sh ensure pg_cron pgbouncer psycopg node promtool
 
 # On its own cluster the bench installs Skytools PgQ (Debian's
 # postgresql-<major>-pgq3, as root) for its PgQ baseline; without it those
@@ -122,6 +130,7 @@ db-stop: ## stop the throwaway clusters (and the test PgBouncer)
 	-scripts/devdb.sh stop bench
 	-scripts/devdb.sh stop cron
 	-scripts/devdb.sh stop restart
+	-scripts/devdb.sh stop twophase
 	-scripts/pgbouncer.sh stop $(PGBOUNCER_PORT)
 	-scripts/devdb.sh stop chaos
 	-scripts/devdb.sh stop chaos-ci

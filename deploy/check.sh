@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# check.sh — validates deploy/ with promtool (Debian: apt-get install prometheus):
+# check.sh — validates deploy/ with promtool (Debian's prometheus package; make test runs it):
 #   the alert rules (syntax, then their unit tests), and every PromQL query of
 #   the Grafana dashboard (Grafana's $variables replaced by sample values, each
 #   query checked as a recording rule).
 set -euo pipefail
 cd "$(dirname "$0")"
-command -v promtool >/dev/null 2>&1 || {
+# promtool: on PATH, or extracted from Debian's prometheus package (scripts/deps.sh).
+promtool=$(../scripts/deps.sh path promtool) || {
   echo "check.sh: promtool not found (Debian/Ubuntu: apt-get install prometheus)" >&2; exit 1; }
+promtool() { "$promtool" "$@"; }
 command -v python3 >/dev/null 2>&1 || { echo "check.sh: python3 not found" >&2; exit 1; }
 (cd prometheus && promtool check rules alerts.yml && promtool test rules alerts_test.yml)
 tmp=$(mktemp -d)

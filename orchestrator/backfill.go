@@ -87,6 +87,16 @@ type Backfill struct {
 	samples []time.Duration // ring of recent latencies
 	next    int
 	p95     time.Duration
+	// observer, if set, is told every step's latency (the scheduler's
+	// step-duration histogram).
+	observer func(float64)
+}
+
+// setObserver makes the driver report every step's latency, in seconds.
+func (b *Backfill) setObserver(f func(float64)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.observer = f
 }
 
 // NewBackfill returns a driver at MaxRate.
@@ -117,6 +127,9 @@ func (b *Backfill) minSamples() int { return min(5, b.cfg.Window) }
 func (b *Backfill) observe(lat time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.observer != nil {
+		b.observer(lat.Seconds())
+	}
 	if len(b.samples) < b.cfg.Window {
 		b.samples = append(b.samples, lat)
 	} else {

@@ -17,7 +17,7 @@ func knownSeries(t *testing.T) map[string]bool {
 	ch := make(chan *prometheus.Desc, 256)
 	m := newMetrics(prometheus.NewRegistry(), func() bool { return false })
 	for _, c := range []prometheus.Collector{m.runs, m.errors, m.duration, m.rows, m.calls, m.limited,
-		m.lastSuccess, m.leader, m.bfRate, m.bfP95, m.gapAlerts, newStatsCollector(nil, "", nil)} {
+		m.lastSuccess, m.leader, m.bfRate, m.bfStep, m.gapAlerts, newStatsCollector(nil, "", nil)} {
 		c.Describe(ch)
 	}
 	close(ch)
@@ -27,7 +27,7 @@ func knownSeries(t *testing.T) map[string]bool {
 		n := nameRE.FindStringSubmatch(d.String())
 		require.NotNil(t, n, d.String())
 		out[n[1]] = true
-		if n[1] == "pgq_scheduler_job_duration_seconds" {
+		if n[1] == "pgq_scheduler_job_duration_seconds" || n[1] == "pgq_scheduler_backfill_step_duration_seconds" {
 			for _, s := range []string{"_bucket", "_sum", "_count"} {
 				out[n[1]+s] = true
 			}
@@ -73,7 +73,7 @@ func TestDeployFilesUseExportedSeries(t *testing.T) {
 	}
 	require.Positive(t, exprs)
 	for _, want := range []string{"Lag (messages)", "Dead groups", "Dead-letter growth (per 5m)", "Job runs and errors",
-		"Leader per sidecar", "Publish rate (estimate)", "Delivery rate"} {
+		"Leader per sidecar", "Publish rate", "Delivery rate"} {
 		require.True(t, titles[want], "panel %q", want)
 	}
 

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,8 +20,22 @@ type metrics struct {
 	lastSuccess *prometheus.GaugeVec
 	leader      prometheus.GaugeFunc
 	bfRate      *prometheus.GaugeVec
-	bfP95       *prometheus.GaugeVec
+	bfStep      *prometheus.HistogramVec
 	gapAlerts   prometheus.Counter
+}
+
+// initJob creates every series of job name at 0 when the job is registered,
+// so that increase(...) and rate(...) see the first error (or run, or
+// backfill step) after a start instead of a series that appears with it.
+func (m *metrics) initJob(name string, backfill *Backfill) {
+	for _, c := range []*prometheus.CounterVec{m.runs, m.errors, m.rows, m.calls, m.limited} {
+		c.WithLabelValues(name)
+	}
+	m.duration.WithLabelValues(name)
+	if backfill != nil {
+		m.bfRate.WithLabelValues(name).Set(backfill.Rate())
+		backfill.setObserver(m.bfStep.WithLabelValues(name).Observe)
+	}
 }
 
 // SequenceGapAlertsFunc is the maintenance function whose result counts the
@@ -62,17 +77,19 @@ func newMetrics(reg prometheus.Registerer, isLeader func() bool) *metrics {
 			return 0
 		}),
 		bfRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "pgq_scheduler_backfill_rate", Help: "Current adaptive rate of each backfill job, in steps per second.",
+			Name: "pgq_scheduler_backfill_steps_per_second", Help: "Current adaptive rate of each backfill job, in steps per second.",
 		}, job),
-		bfP95: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "pgq_scheduler_backfill_step_p95_seconds", Help: "p95 step latency of each backfill job over its recent steps.",
+		bfStep: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pgq_scheduler_backfill_step_duration_seconds",
+			Help:    "Duration of each step of each backfill job (the adaptive rate halves when their p95 exceeds --backfill-target-latency).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, job),
 		gapAlerts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pgq_sequence_gap_alerts_total",
 			Help: "Sequence gaps older than their topic's gap_alert_after, reported by " + SequenceGapAlertsFunc + " (one event_log row each).",
 		}),
 	}
-	reg.MustRegister(m.runs, m.errors, m.duration, m.rows, m.calls, m.limited, m.lastSuccess, m.leader, m.bfRate, m.bfP95,
+	reg.MustRegister(m.runs, m.errors, m.duration, m.rows, m.calls, m.limited, m.lastSuccess, m.leader, m.bfRate, m.bfStep,
 		m.gapAlerts)
 	return m
 }
@@ -84,6 +101,7 @@ type statsCollector struct {
 	logger     *slog.Logger
 
 	up, topicMessages, topicOldest, topicPartitions, topicBytes, topicDropped, topicGroups *prometheus.Desc
+	topicPublished                                                                         *prometheus.Desc
 	lagMessages, lagSeconds, deadLetters, inFlight, lost, delivered, members, status       *prometheus.Desc
 	oldestUnacked, retryPending, bfProcessed, bfTotal, bfRate                              *prometheus.Desc
 	kparts, kpartsUnowned, kpartImbalance, kpartMaxLag, kpartMaxLagSeconds                 *prometheus.Desc
@@ -102,19 +120,22 @@ func newStatsCollector(db DB, leaderName string, logger *slog.Logger) *statsColl
 		topicBytes:      d("pgq_topic_bytes", "Bytes on disk of the topic's message table.", t, nil),
 		topicDropped:    d("pgq_topic_dropped_unread_total", "Unread messages dropped by max_retention.", t, nil),
 		topicGroups:     d("pgq_topic_active_groups", "Active consumer groups of the topic.", t, nil),
-		lagMessages:     d("pgq_group_lag_messages", "Messages the group has not consumed yet.", g, nil),
-		lagSeconds:      d("pgq_group_lag_seconds", "Age of the oldest message the group has not consumed.", g, nil),
-		oldestUnacked:   d("pgq_group_oldest_unacked_age_seconds", "Age of the group's oldest un-acked message.", g, nil),
-		deadLetters:     d("pgq_group_dead_letters", "Dead letters of the group.", g, nil),
-		retryPending:    d("pgq_group_retry_pending", "Nacked messages of the group waiting for redelivery.", g, nil),
-		inFlight:        d("pgq_group_in_flight", "Messages under lease in the group.", g, nil),
-		lost:            d("pgq_group_lost_messages_total", "Messages the group lost (dropped unread).", g, nil),
-		delivered:       d("pgq_group_delivered_total", "Messages delivered to the group.", g, nil),
-		members:         d("pgq_group_members", "Members (consumers) seen in the group.", g, nil),
-		status:          d("pgq_group_status", "1 for the group's current status (active, paused, dead, cancelled).", append(g, "status"), nil),
-		bfProcessed:     d("pgq_group_backfill_processed", "Messages the group's backfill has processed.", g, nil),
-		bfTotal:         d("pgq_group_backfill_total", "Messages the group's backfill has to process.", g, nil),
-		bfRate:          d("pgq_group_backfill_rate", "Backfill rate of the group in messages per second.", g, nil),
+		topicPublished: d("pgq_topic_published_messages_total",
+			"Message ids the topic has handed out: its published messages, also those of rolled-back transactions "+
+				"(read from the topic's id sequence; absent when the sidecar's role may not read fanout_data's sequences).", t, nil),
+		lagMessages:   d("pgq_group_lag_messages", "Messages the group has not consumed yet.", g, nil),
+		lagSeconds:    d("pgq_group_lag_seconds", "Age of the oldest message the group has not consumed.", g, nil),
+		oldestUnacked: d("pgq_group_oldest_unacked_age_seconds", "Age of the group's oldest un-acked message.", g, nil),
+		deadLetters:   d("pgq_group_dead_letters", "Dead letters of the group.", g, nil),
+		retryPending:  d("pgq_group_retry_pending", "Nacked messages of the group waiting for redelivery.", g, nil),
+		inFlight:      d("pgq_group_in_flight", "Messages under lease in the group.", g, nil),
+		lost:          d("pgq_group_lost_messages_total", "Messages the group lost (dropped unread).", g, nil),
+		delivered:     d("pgq_group_delivered_total", "Messages delivered to the group.", g, nil),
+		members:       d("pgq_group_members", "Members (consumers) seen in the group.", g, nil),
+		status:        d("pgq_group_status", "1 for the group's current status (active, paused, dead, cancelled).", append(g, "status"), nil),
+		bfProcessed:   d("pgq_group_backfill_processed_messages", "Messages the group's backfill has processed (0 without a backfill).", g, nil),
+		bfTotal:       d("pgq_group_backfill_target_messages", "Messages the group's backfill has to process (0 without a backfill).", g, nil),
+		bfRate:        d("pgq_group_backfill_messages_per_second", "Backfill rate of the group in messages per second (0 without a backfill).", g, nil),
 		// Partitioned topics: one series per group, never per partition.
 		kparts:             d("pgq_group_key_partitions", "Key partitions of the group's (partitioned) topic.", g, nil),
 		kpartsUnowned:      d("pgq_group_key_partitions_unowned", "Key partitions of the group with no owner (free, or explicit mode).", g, nil),
@@ -126,7 +147,7 @@ func newStatsCollector(db DB, leaderName string, logger *slog.Logger) *statsColl
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.topicMessages, c.topicOldest, c.topicPartitions, c.topicBytes,
-		c.topicDropped, c.topicGroups, c.lagMessages, c.lagSeconds, c.oldestUnacked, c.deadLetters, c.retryPending, c.inFlight,
+		c.topicDropped, c.topicGroups, c.topicPublished, c.lagMessages, c.lagSeconds, c.oldestUnacked, c.deadLetters, c.retryPending, c.inFlight,
 		c.lost, c.delivered, c.members, c.status, c.bfProcessed, c.bfTotal, c.bfRate,
 		c.kparts, c.kpartsUnowned, c.kpartImbalance, c.kpartMaxLag, c.kpartMaxLagSeconds} {
 		ch <- d
@@ -150,8 +171,22 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d, vt, finite(v), labels...)
 		}
 	}
+	emitOr0 := func(d *prometheus.Desc, r Row, col string, labels ...string) {
+		v, ok := r.Float(col)
+		if !ok {
+			v = 0
+		}
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, finite(v), labels...)
+	}
+	published, err := readPublished(ctx, c.db)
+	if err != nil {
+		c.logger.Warn("metrics: reading the topics' id sequences failed", "error", err)
+	}
 	for _, r := range st.Topics {
 		t := r.Text("topic")
+		if n, ok := published[t]; ok {
+			ch <- prometheus.MustNewConstMetric(c.topicPublished, prometheus.CounterValue, float64(n), t)
+		}
 		emit(c.topicMessages, prometheus.GaugeValue, r, "messages", t)
 		emit(c.topicOldest, prometheus.GaugeValue, r, "oldest_message_age", t)
 		emit(c.topicPartitions, prometheus.GaugeValue, r, "partitions", t)
@@ -170,9 +205,11 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		emit(c.lost, prometheus.CounterValue, r, "lost_messages", t, g)
 		emit(c.delivered, prometheus.CounterValue, r, "delivered", t, g)
 		emit(c.members, prometheus.GaugeValue, r, "members", t, g)
-		emit(c.bfProcessed, prometheus.GaugeValue, r, "backfill_processed", t, g)
-		emit(c.bfTotal, prometheus.GaugeValue, r, "backfill_total", t, g)
-		emit(c.bfRate, prometheus.GaugeValue, r, "backfill_rate", t, g)
+		// A group without a backfill has NULL there: 0, so the series exist
+		// before a group's first backfill.
+		emitOr0(c.bfProcessed, r, "backfill_processed", t, g)
+		emitOr0(c.bfTotal, r, "backfill_total", t, g)
+		emitOr0(c.bfRate, r, "backfill_rate", t, g)
 		cur := r.Text("status")
 		for _, s := range groupStatuses {
 			v := 0.0
@@ -190,4 +227,38 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		emit(c.kpartMaxLag, prometheus.GaugeValue, r, "max_lag_messages", t, g)
 		emit(c.kpartMaxLagSeconds, prometheus.GaugeValue, r, "max_lag_seconds", t, g)
 	}
+}
+
+// publishedSQL reads how many message ids each topic's sequence has handed
+// out (fanout_data.m<topic_id>.id is an identity column), where the role may
+// read the sequence: a role without USAGE on fanout_data or SELECT on the
+// sequence gets no row for it. One catalog look-up per topic, no table read.
+const publishedSQL = `
+SELECT t.topic, coalesce(pg_catalog.pg_sequence_last_value(q.seq::regclass), 0)
+FROM fanout.topics t
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN pg_catalog.has_schema_privilege('fanout_data', 'USAGE')
+                THEN pg_catalog.pg_get_serial_sequence(format('fanout_data.%I', 'm' || t.topic_id), 'id') END AS seq) q
+WHERE q.seq IS NOT NULL
+  AND pg_catalog.has_sequence_privilege(q.seq, 'SELECT, USAGE')`
+
+func readPublished(ctx context.Context, db DB) (map[string]int64, error) {
+	rows, err := db.Query(ctx, publishedSQL)
+	if err != nil {
+		return nil, fmt.Errorf("read published counts: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var topic string
+		var n int64
+		if err := rows.Scan(&topic, &n); err != nil {
+			return nil, fmt.Errorf("read published counts: %w", err)
+		}
+		out[topic] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read published counts: %w", err)
+	}
+	return out, nil
 }

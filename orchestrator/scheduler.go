@@ -314,6 +314,11 @@ func (s *Scheduler) register(j Job, timeout time.Duration) error {
 		return fmt.Errorf("register %s: a job of that name exists", j.Name())
 	}
 	s.jobs[j.Name()] = e
+	var bf *Backfill
+	if bj, ok := j.(*BackfillJob); ok {
+		bf = bj.Driver()
+	}
+	s.metrics.initJob(j.Name(), bf)
 	s.cron.Schedule(sched, e.wrapped)
 	s.log.Info("job registered", "job", j.Name(), "schedule", j.Schedule(), "timeout", timeout.String())
 	return nil
@@ -510,7 +515,6 @@ func (s *Scheduler) record(e *entry, log *slog.Logger, res Result, err error, d 
 	}
 	if bj, ok := e.job.(*BackfillJob); ok {
 		s.metrics.bfRate.WithLabelValues(name).Set(bj.Driver().Rate())
-		s.metrics.bfP95.WithLabelValues(name).Set(bj.Driver().P95().Seconds())
 	}
 	e.mu.Lock()
 	e.runs++

@@ -11,6 +11,12 @@
 #   psycopg    Debian python3-psycopg (psycopg 3) for /usr/bin/python3
 #   node       Node.js + npm, and examples/node/node_modules from the lockfile
 #   pgq3       Debian postgresql-<major>-pgq3 (Skytools PgQ, make bench's baseline)
+#   promtool   promtool from Debian's prometheus package: on PATH, or else
+#              extracted from the package (apt-get download, no install: the
+#              package's Prometheus server is neither installed nor started)
+#              into .pgq-dev/tools/usr/bin/promtool
+#
+#   scripts/deps.sh path promtool    print the promtool to run
 #
 # Nothing is skipped quietly: a component that cannot be installed makes the
 # calling test fail with a message that says what to run.
@@ -33,7 +39,34 @@ pkg_of() {
     psycopg) echo python3-psycopg ;;
     node) echo "nodejs npm" ;;
     pgq3) echo "postgresql-$(pg_major)-pgq3" ;;
+    promtool) echo prometheus ;;
   esac
+}
+
+tools="$here/.pgq-dev/tools"
+promtool_path() {
+  if command -v promtool >/dev/null 2>&1; then command -v promtool
+  elif [ -x "$tools/usr/bin/promtool" ]; then echo "$tools/usr/bin/promtool"
+  else return 1
+  fi
+}
+
+# promtool_fetch extracts promtool from Debian's prometheus package.
+promtool_fetch() {
+  local tmp
+  tmp=$(mktemp -d)
+  log "apt-get download prometheus (promtool only, extracted into $tools)"
+  if ! (cd "$tmp" && apt-get download prometheus >&2 2>/dev/null); then
+    if [ "$(id -u)" = 0 ] && [ -z "$apt_updated" ]; then
+      log "apt-get update"
+      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 update -qq >&2 || true
+      apt_updated=1
+    fi
+    (cd "$tmp" && apt-get download prometheus >&2 2>/dev/null) || { rm -rf "$tmp"; return 1; }
+  fi
+  mkdir -p "$tmp/x" "$tools/usr/bin"
+  dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x" && cp "$tmp/x/usr/bin/promtool" "$tools/usr/bin/promtool"
+  rm -rf "$tmp"
 }
 
 present() {
@@ -44,6 +77,7 @@ present() {
     node) command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 \
             && [ -d "$here/examples/node/node_modules/pg" ] ;;
     pgq3) [ -f "/usr/share/postgresql/$(pg_major)/extension/pgq.control" ] ;;
+    promtool) promtool_path >/dev/null ;;
     *) log "unknown component $1"; return 2 ;;
   esac
 }
@@ -75,6 +109,12 @@ MSG
 ensure() {
   local c=$1
   present "$c" && return 0
+  if [ "$c" = promtool ] && command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1; then
+    promtool_fetch || true
+    present "$c" && return 0
+    explain "$c"
+    return 1
+  fi
   if [ "$c" = node ] && command -v npm >/dev/null 2>&1; then
     log "npm ci in examples/node (the lockfile pins pg)"
     (cd "$here/examples/node" && npm ci --no-audit --no-fund --loglevel=error >&2) || true
@@ -94,9 +134,14 @@ ensure() {
 
 case "$cmd" in
   check) for c in "$@"; do present "$c" || exit 1; done ;;
+  path)
+    case "${1:-}" in
+      promtool) ensure promtool >/dev/null && promtool_path ;;
+      *) echo "usage: $0 path promtool" >&2; exit 2 ;;
+    esac ;;
   ensure)
     rc=0
     for c in "$@"; do ensure "$c" || rc=1; done
     exit $rc ;;
-  *) echo "usage: $0 check|ensure pg_cron|pgbouncer|psycopg|node|pgq3..." >&2; exit 2 ;;
+  *) echo "usage: $0 check|ensure pg_cron|pgbouncer|psycopg|node|pgq3|promtool..." >&2; exit 2 ;;
 esac

@@ -1,139 +1,236 @@
 #!/usr/bin/env bash
-# e2e_psql.sh — the README walkthrough in plain psql against a fresh database
-# migrated by the pgq-scheduler binary: proof that pgq needs no Go (or any
-# client library) to be used. Every check is a boolean the script asserts.
+# e2e_psql.sh [FILE.md ...] — runs every ```sql block of README.md (or of the
+# given Markdown files) VERBATIM in psql, against fresh databases migrated by
+# the pgq-scheduler binary, and compares the output the text shows: proof
+# that pgq needs no Go (or any client library) and that the README's SQL can
+# be pasted as it stands.
+#
+# - Each "## " section of a file gets a database of its own; its blocks run in
+#   order in one psql session (so psql variables set with \gset and temporary
+#   tables carry from one block to the next, as they would for a reader).
+# - Shown output is compared where the text shows it, robustly: an aligned
+#   psql table in comment lines after a statement (header, ----+---- line,
+#   rows) must match the statement's result as a set of rows, except in
+#   columns whose values differ from run to run (ids of leases, timestamps,
+#   ages); a one-word comment at the end of a statement's line (`-- 3`), or on
+#   the line after a statement or an \echo, must be its only value.
+# - An HTML comment on the line before a block can say:
+#     <!-- e2e: before SQL -->       SQL the reader already ran (their own
+#                                    tables, topics) runs before the block;
+#     <!-- e2e: roles NAME... -->    roles the block grants to are created
+#                                    before it and dropped at the end;
+#     <!-- e2e: run by FILE -->      the block needs a server setting a fresh
+#                                    database cannot have (pg_cron), and FILE,
+#                                    a test that reads it from the same .md
+#                                    file, runs it verbatim instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${DATABASE_URL:?DATABASE_URL must point at a PostgreSQL server (make test sets it)}"
-db="pgq_e2e_$$"
-base=${DATABASE_URL%%\?*}
-base=${base%/*}
-query=""
-case "$DATABASE_URL" in *\?*) query="?${DATABASE_URL#*\?}" ;; esac
-url="$base/$db$query"
+[ $# -gt 0 ] || set -- README.md
+exec python3 - "$@" <<'PY'
+import os, re, subprocess, sys, urllib.parse
 
-psql -qX "$DATABASE_URL" -c "CREATE DATABASE $db" >/dev/null
-trap 'psql -qX "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null' EXIT
-bin/pgq-scheduler migrate --database-url "$url" >/dev/null
+server = os.environ["DATABASE_URL"]
+env = dict(os.environ, PGOPTIONS="-c client_min_messages=warning")
 
-fail=0
-check() { # check NAME SQL -> SQL must print t
-  local got
-  got=$(PGOPTIONS="-c client_min_messages=warning" psql -qXAt -v ON_ERROR_STOP=1 "$url" -c "$2" 2>&1) || true
-  if [ "$got" = "t" ]; then echo "ok   $1"; else echo "FAIL $1: $got"; fail=1; fi
-}
+def with_db(url, db):
+    u = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((u.scheme, u.netloc, "/" + db, u.query, u.fragment))
 
-# Pub/sub (the README walkthrough): two groups each get every message.
-check "create pubsub topic" "SELECT fanout.create_topic('orders.events', semantics => 'pubsub') > 0"
-check "subscribe email (latest)" "SELECT status = 'active' FROM fanout.subscribe('orders.events', 'email')"
-check "subscribe analytics (earliest)" \
-  "SELECT status = 'active' FROM fanout.subscribe('orders.events', 'analytics', start_position => 'earliest')"
-check "publish" "SELECT fanout.publish('orders.events', '{\"order\": 1, \"total\": 42.50}') > 0"
-check "publish_batch keeps input order" \
-  "SELECT array_agg(id ORDER BY ord) = array_agg(id ORDER BY id)
-     FROM fanout.publish_batch('orders.events', ARRAY['{\"order\": 2}', '{\"order\": 3}']::jsonb[]) WITH ORDINALITY AS p(id, ord)"
-check "email reads all three" \
-  "SELECT count(*) = 3 FROM fanout.read('orders.events', 'email', 'email-worker-1', max_messages => 10)"
-check "email acks its lease" \
-  "SELECT fanout.ack(max(l.lease_id)) = 3 FROM fanout.lease l JOIN fanout.consumer_group g USING (group_id) WHERE g.group_name = 'email'"
-check "analytics gets its own copy" \
-  "SELECT count(*) = 2 FROM fanout.read('orders.events', 'analytics', 'etl-1', max_messages => 2)"
-check "analytics acks one, nacks one" \
-  "SELECT fanout.ack(l.lease_id, ARRAY[l.msg_ids[2]]) = 1 AND fanout.nack(l.lease_id, ARRAY[l.msg_ids[1]], retry_in => '5 seconds', error => 'warehouse down') = 1
-     FROM fanout.lease l JOIN fanout.consumer_group g USING (group_id) WHERE g.group_name = 'analytics'"
-check "groups view" \
-  "SELECT bool_and(CASE group_name WHEN 'email' THEN lag_messages = 0 AND in_flight = 0
-                                   ELSE lag_messages = 1 AND retry_pending = 1 END) FROM fanout.groups WHERE topic = 'orders.events'"
-check "message_status" \
-  "SELECT bool_and(CASE group_name WHEN 'email' THEN status = 'acked' ELSE status = 'retry' END)
-     FROM fanout.message_status('orders.events', 1)"
+def psql(url, sql):
+    return subprocess.run(["psql", "-qX", "-v", "ON_ERROR_STOP=1", url, "-c", sql],
+                          env=env, capture_output=True, text=True)
 
-# Queue topic: publish, read, ack.
-check "create queue topic" "SELECT fanout.create_topic('orders.tasks') > 0"
-check "publish" "SELECT fanout.publish('orders.tasks', '{\"order\":1}') > 0"
-check "read gives the message" \
-  "SELECT count(*) = 1 AND bool_and(payload = '{\"order\":1}' AND attempt = 1)
-     FROM fanout.read('orders.tasks', consumer => 'w1', max_messages => 10, lease => '30 s')"
-check "ack the lease" "SELECT fanout.ack((SELECT max(lease_id) FROM fanout.lease)) = 1"
-check "nothing left" "SELECT count(*) = 0 FROM fanout.read('orders.tasks', consumer => 'w1')"
+# Blocks: (file, line, section, directive, lines).
+def blocks(path):
+    out, section, prev, inside, cur = [], "(before the first section)", "", False, None
+    for n, line in enumerate(open(path, encoding="utf-8"), 1):
+        line = line.rstrip("\n")
+        if inside:
+            if line.startswith("```"):
+                out.append(cur); inside = False
+            else:
+                cur[4].append((n, line))
+            continue
+        if line.startswith("## "):
+            section = line[3:].strip()
+        if line.strip() == "```sql":
+            m = re.fullmatch(r"<!--\s*e2e:\s*(.*?)\s*-->", prev.strip())
+            cur = (path, n, section, m.group(1) if m else "", [])
+            inside = True
+        if line.strip():
+            prev = line
+    return out
 
-# Nack until dead letter, then replay.
-check "topic with max_attempts 2" "SELECT fanout.create_topic('orders.retry', max_attempts => 2) > 0"
-check "publish" "SELECT fanout.publish('orders.retry', '{\"order\":2}') > 0"
-check "nack attempt 1" \
-  "SELECT fanout.nack(lease_id, error => 'boom 1') = 1 FROM fanout.read('orders.retry', consumer => 'w1')"
-check "nack attempt 2 dead-letters" \
-  "SELECT fanout.nack(lease_id, error => 'boom 2') = 1 FROM fanout.read('orders.retry', consumer => 'w1')"
-check "dead letter visible" \
-  "SELECT count(*) = 1 AND bool_and(last_error = 'boom 2' AND attempts = 2) FROM fanout.dead_letters WHERE topic = 'orders.retry'"
-check "replay" \
-  "SELECT fanout.replay_dead_letters('orders.retry', NULL, ARRAY(SELECT message_id FROM fanout.dead_letters WHERE topic = 'orders.retry')) = 1"
-check "replayed message readable" "SELECT count(*) = 1 FROM fanout.read('orders.retry', consumer => 'w1')"
+TABLE_SEP = re.compile(r"^-+(\+-+)*$")
+ONE_WORD = re.compile(r"^\S+$")
+# Columns whose values differ from run to run: lease ids, times, ages.
+VOLATILE_WORDS = {"lease", "at", "age", "wait", "time", "timestamp", "eta", "heartbeat", "seconds", "interval"}
+def volatile(column):
+    return column == "lease_id" or bool(VOLATILE_WORDS & set(column.split("_")))
 
-# Inbox (the README section): idempotent receipt, delayed delivery, replay.
-check "create inbox topic" "SELECT fanout.create_topic('payments.inbox') > 0"
-check "a repeated dedupe key returns the first id" \
-  "SELECT fanout.publish('payments.inbox', '{\"amount\":10}', dedupe_key => 'evt-8f2c')
-        = fanout.publish('payments.inbox', '{\"amount\":10}', dedupe_key => 'evt-8f2c')"
-check "publish a delayed message" \
-  "SELECT fanout.publish('payments.inbox', '{\"remind\":true}', delay => '10 minutes') > 0"
-check "it is scheduled" "SELECT scheduled = 1 FROM fanout.topics WHERE topic = 'payments.inbox'"
-check "read gets the payment once, not the reminder" \
-  "SELECT count(*) = 1 AND bool_and(payload = '{\"amount\":10}') FROM fanout.read('payments.inbox', consumer => 'w1')"
-check "ack it" "SELECT fanout.ack((SELECT max(lease_id) FROM fanout.lease)) = 1"
-check "replay it by id" \
-  "SELECT fanout.replay('payments.inbox', NULL, ARRAY[fanout.publish('payments.inbox', '{\"amount\":10}', dedupe_key => 'evt-8f2c')]) = 1"
-check "replayed payment readable" "SELECT count(*) = 1 FROM fanout.read('payments.inbox', consumer => 'w1')"
+def is_comment(line):
+    return line.lstrip().startswith("--")
 
-# Inbox, priority: the higher priority first.
-check "create jobs topic" "SELECT fanout.create_topic('jobs') > 0"
-check "publish priority 0 then 9" \
-  "SELECT fanout.publish('jobs', '{\"k\":\"report\"}') < fanout.publish('jobs', '{\"k\":\"password-reset\"}', priority => 9)"
-check "read hands out priority 9 first" \
-  "SELECT payload = '{\"k\":\"password-reset\"}' FROM fanout.read('jobs', consumer => 'w1', max_messages => 1)"
+def comment_text(line):
+    return line.lstrip()[2:].strip()
 
-# Inbox, ordered processing: sequences per aggregate, a gap, its release.
-ack_last="SELECT fanout.ack((SELECT max(lease_id) FROM fanout.lease)) = 1"
-check "create ledger topic" \
-  "SELECT fanout.create_topic('ledger.inbox', sequence_ordering => true, gap_alert_after => '5 minutes') > 0"
-check "publish sequences 2, 1, 4" \
-  "SELECT fanout.publish('ledger.inbox', '{\"op\":\"credit\"}', message_group => 'account-7', sequence => 2)
-        < fanout.publish('ledger.inbox', '{\"op\":\"open\"}', message_group => 'account-7', sequence => 1)
-     AND fanout.publish('ledger.inbox', '{\"op\":\"close\"}', message_group => 'account-7', sequence => 4) > 0"
-check "read hands out sequence 1 only" \
-  "SELECT array_agg(payload->>'op') = '{open}' FROM fanout.read('ledger.inbox', consumer => 'w1')"
-check "ack it" "$ack_last"
-check "then sequence 2" "SELECT array_agg(payload->>'op') = '{credit}' FROM fanout.read('ledger.inbox', consumer => 'w1')"
-check "ack it" "$ack_last"
-check "3 is missing" "SELECT count(*) = 0 FROM fanout.read('ledger.inbox', consumer => 'w1')"
-check "sequence_gaps shows it with its waiter" \
-  "SELECT (missing_from, missing_to, waiting_messages) = (3, 3, 1) FROM fanout.sequence_gaps
-     WHERE topic = 'ledger.inbox' AND message_group = 'account-7'"
-check "publish the missing one" \
-  "SELECT fanout.publish('ledger.inbox', '{\"op\":\"debit\"}', message_group => 'account-7', sequence => 3) > 0"
-check "then sequence 3" "SELECT array_agg(payload->>'op') = '{debit}' FROM fanout.read('ledger.inbox', consumer => 'w1')"
-check "ack it" "$ack_last"
-check "then sequence 4" "SELECT array_agg(payload->>'op') = '{close}' FROM fanout.read('ledger.inbox', consumer => 'w1')"
-check "no gap left" "SELECT count(*) = 0 FROM fanout.sequence_gaps"
+# chunks splits a block into statements, each with what the text shows as
+# its output: (first_line, sql_lines, expected) where expected is None,
+# ("word", w) or ("table", [comment lines]).
+def chunks(lines):
+    out, cur, first, i = [], [], None, 0
+    def close(expected):
+        nonlocal cur, first
+        out.append((first, "\n".join(cur), expected)); cur, first = [], None
+    while i < len(lines):
+        n, line = lines[i]
+        if first is None and (not line.strip() or is_comment(line)):
+            i += 1
+            continue
+        if first is None:
+            first = n
+        cur.append(line)
+        i += 1
+        code, trailing = line, None
+        m = re.match(r"^(.*?;)\s*--\s*(.*)$", line)
+        if m and not line.lstrip().startswith("\\"):
+            code, trailing = m.group(1), m.group(2)
+        ends = line.lstrip().startswith("\\") or code.rstrip().endswith(";") or code.rstrip().endswith("\\gset")
+        if not ends:
+            continue
+        expected = ("word", trailing) if trailing and ONE_WORD.match(trailing) else None
+        # Output shown in the comment lines that follow.
+        j, shown = i, []
+        while j < len(lines) and is_comment(lines[j][1]):
+            shown.append(comment_text(lines[j][1])); j += 1
+        if len(shown) >= 2 and "|" in shown[0] and TABLE_SEP.match(shown[1].replace(" ", "")):
+            k = 2
+            while k < len(shown) and "|" in shown[k]:
+                k += 1
+            expected = ("table", shown[:k])
+            i += k
+        elif shown and ONE_WORD.match(shown[0]) and expected is None:
+            expected = ("word", shown[0])
+            i += 1
+        close(expected)
+    if cur:
+        close(None)
+    return out
 
-# Errors carry documented SQLSTATEs.
-check "unknown topic is PGQ01" \
-  "DO \$\$ BEGIN PERFORM fanout.publish('nope', '{}'); EXCEPTION WHEN SQLSTATE 'PGQ01' THEN RAISE NOTICE 'ok'; END \$\$; SELECT true"
-check "maintenance round runs" "SELECT fanout.run_maintenance() >= 0"
-check "topics view" "SELECT count(*) = 6 FROM fanout.topics"
+def parse_table(text_lines):
+    rows = [l for l in text_lines if l.strip() and not TABLE_SEP.match(l.replace(" ", ""))]
+    if not rows:
+        return [], []
+    split = lambda l: [c.strip() for c in l.split("|")]
+    return split(rows[0]), [split(r) for r in rows[1:]]
 
-# Ordering (README): a partitioned topic, per-key order, one page per partition.
-check "create partitioned topic" \
-  "SELECT fanout.create_topic('orders.keyed', semantics => 'pubsub', partitions => 16) > 0"
-check "subscribe billing" "SELECT status = 'active' FROM fanout.subscribe('orders.keyed', 'billing')"
-check "publish keyed" \
-  "SELECT count(fanout.publish('orders.keyed', jsonb_build_object('n', i), message_group => 'order-42')) = 3 FROM generate_series(1, 3) i"
-check "partition_of is the documented hash" "SELECT fanout.partition_of('orders.keyed', 'order-42') = 12"
-check "a member reads the key in order" \
-  "SELECT array_agg((payload->>'n')::int ORDER BY message_id) = '{1,2}' FROM fanout.read('orders.keyed', 'billing', 'worker-7', max_messages => 2)"
-check "the next page waits for the first" "SELECT count(*) = 0 FROM fanout.read('orders.keyed', 'billing', 'worker-7')"
-check "partitions view: owner, generation, in flight" \
-  "SELECT owner = 'worker-7' AND generation >= 1 AND in_flight = 2 AND lag_messages = 1
-     FROM fanout.partitions WHERE topic = 'orders.keyed' AND group_name = 'billing' AND partition = 12"
+def compare(expected, got):
+    kind, want = expected
+    lines = [l for l in got.splitlines() if l.strip()]
+    if kind == "word":
+        if len(lines) >= 2 and TABLE_SEP.match(lines[1].replace(" ", "")):
+            lines = lines[2:]
+        value = lines[0].strip() if len(lines) == 1 else "\n".join(lines)
+        return value == want, "want %s, got %s" % (want, value)
+    wh, wrows = parse_table(want)
+    gh, grows = parse_table(lines)
+    if wh != gh:
+        return False, "columns %s, want %s" % (gh, wh)
+    keep = [k for k, c in enumerate(wh) if not volatile(c)]
+    pick = lambda rows: sorted([tuple(r[k] if k < len(r) else "" for k in keep) for r in rows])
+    ok = pick(wrows) == pick(grows)
+    return ok, "rows %s, want %s (compared columns %s)" % (pick(grows), pick(wrows), [wh[k] for k in keep])
 
-if [ $fail = 0 ]; then echo "e2e_psql: all checks passed"; else echo "e2e_psql: FAILED"; exit 1; fi
+fail = 0
+def report(ok, what, why=""):
+    global fail
+    print(("ok   " if ok else "FAIL ") + what + ("" if ok or not why else ": " + why))
+    if not ok:
+        fail = 1
+
+all_blocks = [b for path in sys.argv[1:] for b in blocks(path)]
+if not all_blocks:
+    report(False, "no ```sql blocks in " + " ".join(sys.argv[1:]))
+sections = []
+for b in all_blocks:
+    key = (b[0], b[2])
+    if not sections or sections[-1][0] != key:
+        sections.append((key, []))
+    sections[-1][1].append(b)
+
+roles = []
+pid = os.getpid()
+for k, ((path, section), bs) in enumerate(sections):
+    db = "pgq_e2e_%d_%d" % (pid, k)
+    url = with_db(server, db)
+    if all(b[3].startswith("run by ") for b in bs):
+        for b in bs:
+            other = b[3][len("run by "):].strip()
+            ok = os.path.isfile(other) and os.path.basename(path) in open(other, encoding="utf-8").read()
+            report(ok, "%s:%d (%s) runs in %s, not here" % (path, b[1], section, other),
+                   "%s does not exist or does not read %s" % (other, path))
+        continue
+    r = psql(server, "CREATE DATABASE " + db)
+    if r.returncode:
+        report(False, "create database " + db, r.stderr.strip()); continue
+    try:
+        m = subprocess.run(["bin/pgq-scheduler", "migrate", "--database-url", url], capture_output=True, text=True)
+        if m.returncode:
+            report(False, "migrate " + db, m.stderr.strip()); continue
+        script, expect = [], {}
+        for (_, line, _, directive, lines) in bs:
+            where = "%s:%d (%s)" % (path, line, section)
+            if directive.startswith("run by "):
+                other = directive[len("run by "):].strip()
+                ok = os.path.isfile(other) and os.path.basename(path) in open(other, encoding="utf-8").read()
+                report(ok, "%s runs in %s, not here" % (where, other),
+                       "%s does not exist or does not read %s" % (other, path))
+                continue
+            if directive.startswith("roles "):
+                for role in directive.split()[1:]:
+                    r = psql(server, "DO $$ BEGIN CREATE ROLE %s; EXCEPTION WHEN duplicate_object THEN NULL; END $$" % role)
+                    if r.returncode:
+                        report(False, "create role " + role, r.stderr.strip())
+                    roles.append(role)
+            elif directive.startswith("before "):
+                script.append("\\echo '@@before %d'" % line)
+                script.append(directive[len("before "):])
+            elif directive:
+                report(False, where + ": unknown directive " + directive)
+            for (first, sql, expected) in chunks(lines):
+                script.append("\\echo '@@%d'" % first)
+                script.append(sql)
+                if expected:
+                    expect[first] = (expected, sql)
+        run = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-P", "pager=off", "-P", "footer=off",
+                              url, "-f", "-"], input="\n".join(script) + "\n", env=env,
+                             capture_output=True, text=True)
+        outputs, cur = {}, None
+        for l in run.stdout.splitlines():
+            m = re.fullmatch(r"@@(before )?(\d+)", l)
+            if m:
+                cur = None if m.group(1) else int(m.group(2))
+                if cur is not None:
+                    outputs[cur] = []
+            elif cur is not None:
+                outputs[cur].append(l)
+        if run.returncode:
+            last = max(outputs) if outputs else 0
+            report(False, "%s: the statement at line %d failed" % (section, last), run.stderr.strip())
+            continue
+        report(True, "%s: %d statements run verbatim (%s)" % (section, len(outputs), path))
+        for first, (expected, sql) in sorted(expect.items()):
+            ok, why = compare(expected, "\n".join(outputs.get(first, [])))
+            report(ok, "%s:%d shows its output" % (path, first), why + "\n  " + sql.replace("\n", "\n  "))
+    finally:
+        psql(server, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % db)
+
+for role in sorted(set(roles)):
+    r = psql(server, "DROP ROLE IF EXISTS %s" % role)
+    if r.returncode:
+        report(False, "drop role " + role, r.stderr.strip())
+
+print("e2e_psql: all checks passed" if fail == 0 else "e2e_psql: FAILED")
+sys.exit(fail)
+PY

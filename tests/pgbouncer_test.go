@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -169,4 +170,73 @@ func TestPgBouncerTransactionPooling(t *testing.T) {
 	require.Greater(t, c2.Stats().Notifications, int64(1), "the check and the publish")
 	require.NotContains(t, logs2.String(), "LISTEN does not deliver")
 	require.EqualValues(t, 6, c1.Stats().Acked+c2.Stats().Acked)
+}
+
+// Behind PgBouncer in transaction pooling mode without
+// default_query_exec_mode=exec, pgx's cached prepared statements of two
+// client connections meet on one server connection: PostgreSQL answers
+// 42P05 on every call, and the sidecar's pool (WatchPreparedStatements, as
+// pgq-scheduler run sets it up) logs the fix once, however often it comes.
+// Not parallel: it starts and stops the suite's PgBouncer before the
+// parallel PgBouncer test does.
+func TestPgBouncerPreparedStatementHint(t *testing.T) {
+	b := setup(t)
+	url := pgbouncer(t, b.DBName)
+	logger, logs := syncLog()
+	newPool := func(url string) *pgxpool.Pool {
+		cfg, err := pgxpool.ParseConfig(url)
+		require.NoError(t, err)
+		orchestrator.WatchPreparedStatements(cfg.ConnConfig, logger)
+		pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	// Two client connections, one after the other on PgBouncer's one server
+	// connection of this database: the second prepares what the first did.
+	clash := func(pool *pgxpool.Pool) (failures int) {
+		c1, err := pool.Acquire(b.ctx)
+		require.NoError(t, err)
+		defer c1.Release()
+		c2, err := pool.Acquire(b.ctx)
+		require.NoError(t, err)
+		defer c2.Release()
+		const q = `SELECT count(*) FROM fanout.topics WHERE topic = $1`
+		var n int
+		require.NoError(t, c1.QueryRow(b.ctx, q, "x").Scan(&n))
+		for range 3 {
+			err := c2.QueryRow(b.ctx, q, "x").Scan(&n)
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "42P05" {
+				failures++
+			} else {
+				require.NoError(t, err)
+			}
+		}
+		return failures
+	}
+
+	pool := newPool(url)
+	require.Equal(t, 3, clash(pool), "PgBouncer shares the server connection's prepared statements")
+	require.Equal(t, 1, strings.Count(logs.String(), orchestrator.PreparedStatementFix), "the fix, once:\n%s", logs)
+	require.Contains(t, logs.String(), "sqlstate=42P05")
+	require.Contains(t, logs.String(), "level=ERROR")
+
+	// The scheduler's own calls meet it too; still said once.
+	s, err := orchestrator.NewScheduler(pool, orchestrator.SchedulerConfig{Logger: logger, LeaderTTL: time.Hour, Jitter: -1})
+	require.NoError(t, err)
+	require.Equal(t, 3, clash(pool))
+	_, _ = s.RunJob(b.ctx, "discover")
+	require.Equal(t, 1, strings.Count(logs.String(), orchestrator.PreparedStatementFix), "logs:\n%s", logs)
+
+	// With the fix in the URL: no clash, nothing said.
+	fixedLogger, fixedLogs := syncLog()
+	cfg, err := pgxpool.ParseConfig(url + "&default_query_exec_mode=exec")
+	require.NoError(t, err)
+	orchestrator.WatchPreparedStatements(cfg.ConnConfig, fixedLogger)
+	fixed, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(fixed.Close)
+	require.Zero(t, clash(fixed))
+	require.NotContains(t, fixedLogs.String(), orchestrator.PreparedStatementFix)
 }

@@ -55,6 +55,9 @@ type spec struct {
 	path      string
 	invariant string
 	steps     []specStep
+	// twoPhase: a step prepares a transaction, which needs a server with
+	// max_prepared_transactions > 0 (PostgreSQL's default is 0).
+	twoPhase bool
 }
 
 var (
@@ -62,6 +65,7 @@ var (
 	specCapture = regexp.MustCompile(`\s*=>\s*([a-z][a-z0-9_]*)\s*$`)
 	specError   = regexp.MustCompile(`\s*!!\s*([0-9A-Z]{5})\s*$`)
 	specVar     = regexp.MustCompile(`\$([a-z][a-z0-9_]*)`)
+	specPrepare = regexp.MustCompile(`(?i)\bPREPARE\s+TRANSACTION\b`)
 )
 
 func parseSpec(path string) (*spec, error) {
@@ -111,6 +115,9 @@ func parseSpec(path string) (*spec, error) {
 		}
 		if m := specError.FindStringSubmatch(st.sql); m != nil {
 			st.wantState, st.sql = m[1], strings.TrimSpace(st.sql[:len(st.sql)-len(m[0])])
+		}
+		if specPrepare.MatchString(st.sql) {
+			s.twoPhase = true
 		}
 		if st.background && (st.label == "setup" || st.label == "check" || st.label == "await") {
 			return nil, fmt.Errorf("%s:%d: %s cannot run in the background", path, st.line, st.label)
@@ -287,7 +294,14 @@ func TestSpecs(t *testing.T) {
 		require.NoError(t, err)
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".spec"), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
+			var b *bundle
+			if s.twoPhase {
+				if b = twoPhaseBundle(t); b == nil {
+					return // said loudly why
+				}
+			} else {
+				b = setup(t)
+			}
 			checker, err := pgconn.Connect(b.ctx, b.URL)
 			require.NoError(t, err)
 			t.Cleanup(func() {

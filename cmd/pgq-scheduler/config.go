@@ -62,7 +62,7 @@ func newFlagSet(cmd string, o *options) *flag.FlagSet {
 	}
 	o.schedules = mapFlag{}
 	o.timeouts = mapFlag{}
-	fs.StringVar(&o.listen, "listen", ":9187", "address of /metrics and /healthz (empty: no HTTP server)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:9187", "address of the console, /metrics and /healthz (default loopback only; :9187 for every interface; empty: no HTTP server)")
 	fs.BoolVar(&o.migrate, "migrate", false, "apply the embedded migrations before starting")
 	fs.IntVar(&o.maxConns, "max-conns", 4, "connection pool size of the jobs, 2..10000 (the leader election has a connection of its own)")
 	fs.StringVar(&o.leaderID, "leader-id", "", "this sidecar's id in fanout.leader (default host-pid-random)")

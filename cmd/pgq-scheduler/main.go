@@ -3,7 +3,7 @@
 // copies), serves Prometheus /metrics and /healthz, and prints status.
 //
 //	pgq-scheduler migrate --database-url URL
-//	pgq-scheduler run     --database-url URL --listen :9187
+//	pgq-scheduler run     --database-url URL --listen 127.0.0.1:9187
 //	pgq-scheduler status  --database-url URL
 //	pgq-scheduler version
 //
@@ -222,6 +222,7 @@ func runScheduler(ctx context.Context, o *options, logger *slog.Logger) error {
 	}
 	pcfg.HealthCheckPeriod = 10 * time.Second
 	setAppName(pcfg.ConnConfig.RuntimeParams)
+	orchestrator.WatchPreparedStatements(pcfg.ConnConfig, logger)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)

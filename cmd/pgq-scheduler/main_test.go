@@ -656,3 +656,15 @@ func TestBinaryLeaderPausedPastTTL(t *testing.T) {
 		return strings.Contains(body, `"leader": false`)
 	}, time.Minute, 50*time.Millisecond, "the resumed sidecar no longer says it leads")
 }
+
+// The console, /metrics and /healthz listen on loopback unless told
+// otherwise (all interfaces exposed the console to the network by default).
+func TestDefaultListenIsLoopback(t *testing.T) {
+	t.Parallel()
+	o, err := parseOptions("run", nil, noEnv)
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:9187", o.listen)
+	o, err = parseOptions("run", []string{"--listen", ":9187"}, noEnv)
+	require.NoError(t, err)
+	require.Equal(t, ":9187", o.listen, "every interface, when asked")
+}

@@ -49,10 +49,16 @@ var (
 	serverOnce sync.Once
 	serverURL  string
 	serverErr  error
-	tplOnce    sync.Once
-	tplName    string
-	tplErr     error
+	tplMu      sync.Mutex
+	tpls       = map[string]*tplState{} // by server URL
 )
+
+// tplState is the migrated template database of one server.
+type tplState struct {
+	once sync.Once
+	name string
+	err  error
+}
 
 // ServerURL returns the URL of the server the tests use, starting the
 // throwaway cluster (on TEST_PORT, default 25433) when DATABASE_URL is not set.
@@ -141,48 +147,59 @@ func migrationsHash() (string, error) {
 
 // template makes sure the migrated template database exists (once per
 // process; across processes an advisory lock serialises creators).
-func template(ctx context.Context, t testing.TB) string {
+func template(ctx context.Context, t testing.TB, admin string) string {
 	t.Helper()
-	admin := ServerURL(t)
-	tplOnce.Do(func() {
-		hash, err := migrationsHash()
-		if err != nil {
-			tplErr = err
-			return
-		}
-		tplName = "pgq_tpl_" + hash
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			tplErr = fmt.Errorf("connect to %s: %w", admin, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err = conn.Exec(ctx, "SELECT pg_advisory_lock(872364)"); err != nil {
-			tplErr = err
-			return
-		}
-		defer conn.Exec(ctx, "SELECT pg_advisory_unlock(872364)") //nolint:errcheck
-		var exists bool
-		if err = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate)",
-			tplName).Scan(&exists); err != nil {
-			tplErr = err
-			return
-		}
-		if exists {
-			return
-		}
-		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{tplName}.Sanitize())
-		if _, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{tplName}.Sanitize()); err != nil {
-			tplErr = err
-			return
-		}
-		if tplErr = migrateURL(ctx, WithDatabase(admin, tplName)); tplErr != nil {
-			return
-		}
-		_, tplErr = conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{tplName}.Sanitize()+" WITH IS_TEMPLATE true")
-	})
-	require.NoError(t, tplErr)
-	return tplName
+	tplMu.Lock()
+	st := tpls[admin]
+	if st == nil {
+		st = &tplState{}
+		tpls[admin] = st
+	}
+	tplMu.Unlock()
+	st.once.Do(func() { st.name, st.err = makeTemplate(ctx, admin) })
+	require.NoError(t, st.err)
+	return st.name
+}
+
+// makeTemplate creates the migrated template on server admin unless it
+// exists (across processes an advisory lock serialises creators).
+func makeTemplate(ctx context.Context, admin string) (tplName string, tplErr error) {
+	hash, err := migrationsHash()
+	if err != nil {
+		tplErr = err
+		return
+	}
+	tplName = "pgq_tpl_" + hash
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		tplErr = fmt.Errorf("connect to %s: %w", admin, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err = conn.Exec(ctx, "SELECT pg_advisory_lock(872364)"); err != nil {
+		tplErr = err
+		return
+	}
+	defer conn.Exec(ctx, "SELECT pg_advisory_unlock(872364)") //nolint:errcheck
+	var exists bool
+	if err = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate)",
+		tplName).Scan(&exists); err != nil {
+		tplErr = err
+		return
+	}
+	if exists {
+		return
+	}
+	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{tplName}.Sanitize())
+	if _, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{tplName}.Sanitize()); err != nil {
+		tplErr = err
+		return
+	}
+	if tplErr = migrateURL(ctx, WithDatabase(admin, tplName)); tplErr != nil {
+		return
+	}
+	_, tplErr = conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{tplName}.Sanitize()+" WITH IS_TEMPLATE true")
+	return tplName, tplErr
 }
 
 func migrateURL(ctx context.Context, u string) error {
@@ -205,10 +222,18 @@ func migrateURL(ctx context.Context, u string) error {
 // returns a pool on it; the database is dropped when the test ends.
 func New(t testing.TB) *Bundle {
 	t.Helper()
+	return NewOn(t, ServerURL(t))
+}
+
+// NewOn is New on another server than the suite's (admin: a URL of its
+// maintenance database), e.g. a cluster a test started for a setting the
+// suite's server may lack.
+func NewOn(t testing.TB, admin string) *Bundle {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tpl := template(ctx, t)
-	b, err := create(ctx, ServerURL(t), tpl)
+	tpl := template(ctx, t, admin)
+	b, err := create(ctx, admin, tpl)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() && os.Getenv("PGQ_KEEP_FAILED_DB") != "" {
@@ -238,8 +263,9 @@ func NewMain() (*Bundle, error) {
 				panic(r)
 			}
 		}()
-		tpl := template(ctx, &tb)
-		b, err = create(ctx, ServerURL(&tb), tpl)
+		admin := ServerURL(&tb)
+		tpl := template(ctx, &tb, admin)
+		b, err = create(ctx, admin, tpl)
 	}()
 	if tb.err != nil {
 		return nil, tb.err

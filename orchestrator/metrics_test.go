@@ -1,0 +1,174 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgfanout/pgq/internal/testdb"
+)
+
+// promtool returns the promtool that make test uses (scripts/deps.sh: on
+// PATH, or extracted from Debian's prometheus package). Missing, it fails
+// the test saying what to run.
+func promtool(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	var stderr strings.Builder
+	cmd := exec.Command(filepath.Join(root, "scripts", "deps.sh"), "path", "promtool")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "promtool is required by this test (scripts/deps.sh ensure promtool): %s", stderr.String())
+	return strings.TrimSpace(string(out))
+}
+
+// backfillTestJob makes maint_operations list public.test_backfill_step (a
+// step function doing `remaining` steps) beside pgq's own functions.
+func backfillTestJob(t *testing.T, b *bundle, remaining int) {
+	t.Helper()
+	b.exec(t, `CREATE TABLE public.bf_state (remaining int NOT NULL)`)
+	b.exec(t, `INSERT INTO public.bf_state VALUES ($1)`, remaining)
+	b.exec(t, `CREATE FUNCTION public.test_backfill_step(p_topic text, p_now timestamptz DEFAULT now()) RETURNS int
+	           LANGUAGE plpgsql AS $$
+	           BEGIN
+	             UPDATE public.bf_state SET remaining = remaining - 1 WHERE remaining > 0;
+	             RETURN CASE WHEN FOUND THEN 1 ELSE 0 END;
+	           END $$`)
+	b.exec(t, `ALTER FUNCTION fanout.maint_operations(timestamptz) RENAME TO maint_operations_orig`)
+	b.exec(t, `CREATE FUNCTION fanout.maint_operations(p_now timestamptz DEFAULT now())
+	           RETURNS TABLE(func text, arg text) LANGUAGE sql AS $$
+	             SELECT * FROM fanout.maint_operations_orig(p_now)
+	             UNION ALL SELECT 'public.test_backfill_step', 'events' FROM public.bf_state WHERE remaining > 0
+	           $$`)
+}
+
+// /metrics follows Prometheus' naming rules (promtool check metrics is
+// clean: _total only on counters, units in names, no precomputed
+// quantiles), and every job's counters and backfill series exist at 0 from
+// its registration on, so increase(...) > 0 sees the first error after a
+// start. A topic's published messages are a counter.
+func TestMetricsPromtoolCleanAndStartAtZero(t *testing.T) {
+	t.Parallel()
+	tool := promtool(t)
+	b := setup(t)
+	b.exec(t, `SELECT fanout.create_topic('orders', semantics => 'pubsub')`)
+	b.exec(t, `SELECT fanout.subscribe('orders', 'billing')`)
+	b.exec(t, `SELECT fanout.publish('orders', '{}') FROM generate_series(1, 3)`)
+	b.exec(t, `SELECT fanout.create_topic('quiet')`)
+	b.exec(t, `BEGIN; SELECT fanout.publish('quiet', '{}'); ROLLBACK`)
+	backfillTestJob(t, b, 4)
+	// Not the leader: nothing runs but what the test runs.
+	s := b.scheduler(t, SchedulerConfig{LeaderTTL: time.Hour})
+	_, err := s.RunJob(b.ctx, discoverJobName)
+	require.NoError(t, err)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+
+	const bf = `job="public.test_backfill_step"`
+	code, body := get(t, srv.URL+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	for _, want := range []string{
+		// Registered, never run: every series at 0.
+		`pgq_scheduler_job_errors_total{` + bf + `} 0`,
+		`pgq_scheduler_job_runs_total{` + bf + `} 0`,
+		`pgq_scheduler_job_errors_total{job="fanout._manage_partitions"} 0`,
+		`pgq_scheduler_job_duration_seconds_count{` + bf + `} 0`,
+		`pgq_scheduler_backfill_step_duration_seconds_count{` + bf + `} 0`,
+		`pgq_scheduler_backfill_steps_per_second{` + bf + `} `,
+		// Groups without a backfill: 0, not absent.
+		`pgq_group_backfill_target_messages{group="billing",topic="orders"} 0`,
+		`pgq_group_backfill_processed_messages{group="billing",topic="orders"} 0`,
+		`pgq_group_backfill_messages_per_second{group="billing",topic="orders"} 0`,
+		// Ids handed out, a rolled-back publish's too.
+		"# TYPE pgq_topic_published_messages_total counter",
+		`pgq_topic_published_messages_total{topic="orders"} 3`,
+		`pgq_topic_published_messages_total{topic="quiet"} 1`,
+	} {
+		require.True(t, strings.Contains(body, want), "/metrics lacks %s", want)
+	}
+	for _, gone := range []string{"pgq_group_backfill_total", "pgq_scheduler_backfill_step_p95_seconds",
+		"pgq_scheduler_backfill_rate", "pgq_group_backfill_rate{"} {
+		require.False(t, strings.Contains(body, gone), "/metrics still has %s", gone)
+	}
+
+	// The backfill's steps land in the histogram (4 steps and the one that
+	// found nothing left).
+	_, err = s.RunJob(b.ctx, "public.test_backfill_step")
+	require.NoError(t, err)
+	_, body = get(t, srv.URL+"/metrics")
+	for _, want := range []string{`pgq_scheduler_backfill_step_duration_seconds_count{` + bf + `} 5`,
+		`pgq_scheduler_job_runs_total{` + bf + `} 1`} {
+		require.True(t, strings.Contains(body, want), "/metrics lacks %s", want)
+	}
+
+	// Every series whose name ends in _total is a counter.
+	typeRE := regexp.MustCompile(`(?m)^# TYPE (\S+) (\S+)$`)
+	for _, m := range typeRE.FindAllStringSubmatch(body, -1) {
+		if strings.HasSuffix(m[1], "_total") {
+			require.Equal(t, "counter", m[2], m[1])
+		}
+	}
+
+	cmd := exec.Command(tool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	require.NoError(t, err, "promtool check metrics:\n%s", out.String())
+	require.Empty(t, strings.TrimSpace(out.String()), "promtool check metrics")
+	if dir := os.Getenv("PGQ_TEST_METRICS_OUT"); dir != "" {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "metrics.txt"), []byte(body), 0o644))
+	}
+}
+
+// A sidecar whose role is a fanout_admin member, not the schema's owner,
+// may not read the topics' id sequences: the scrape still answers, with
+// every other series, and without pgq_topic_published_messages_total.
+func TestMetricsPublishedWithoutSequenceRights(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(t, `SELECT fanout.create_topic('orders')`)
+	b.exec(t, `SELECT fanout.publish('orders', '{}')`)
+	var r [5]byte
+	_, _ = rand.Read(r[:])
+	role := "pgq_metrics_" + hex.EncodeToString(r[:])
+	b.exec(t, "CREATE ROLE "+role+" LOGIN IN ROLE fanout_admin")
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), b.Admin)
+		if err == nil {
+			defer conn.Close(context.Background())
+			_, err = conn.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+		}
+		if err != nil {
+			t.Logf("drop role %s: %v", role, err)
+		}
+	})
+	pool, err := pgxpool.New(b.ctx, testdb.WithUser(b.URL, role))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s, err := NewScheduler(pool, SchedulerConfig{Logger: b.log, Jitter: -1})
+	require.NoError(t, err)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	code, body := get(t, srv.URL+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.True(t, strings.Contains(body, "pgq_database_up 1"))
+	require.True(t, strings.Contains(body, `pgq_topic_messages{topic="orders"} 1`))
+	require.False(t, strings.Contains(body, "pgq_topic_published_messages_total{"))
+	require.NotContains(t, b.logs.String(), "reading the topics' id sequences failed")
+}
