@@ -3,9 +3,9 @@
 // PostgreSQL clusters (scripts/devdb.sh), re-executes itself as consumer
 // workers, and ends with one line:
 //
-//	chaos: L lost, B bad duplicates, R rolled-back delivered
+//	chaos: L lost, B bad duplicates, R rolled-back delivered, O out of order, E early
 //
-// exiting non-zero unless all three are 0 and every scenario ran clean.
+// exiting non-zero unless all five are 0 and every scenario ran clean.
 //
 //	pgq-chaos [-seconds N] [-scenarios soak,longtx,deadgroup,failover-sync,failover-async] [-port P] [-failover-port P]
 package main

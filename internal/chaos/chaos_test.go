@@ -99,6 +99,8 @@ func TestChaosShort(t *testing.T) {
 		total.Lost += r.sum.Lost
 		total.BadDuplicates += r.sum.BadDuplicates
 		total.RolledBackDelivered += r.sum.RolledBackDelivered
+		total.OutOfOrder += r.sum.OutOfOrder
+		total.Early += r.sum.Early
 		total.Problems = append(total.Problems, r.sum.Problems...)
 		if r.err != nil {
 			total.Problems = append(total.Problems, r.err.Error())

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -62,4 +63,129 @@ func TestJudgeClassifies(t *testing.T) {
 	v.AsyncFailover = true // lost commits and phantoms are the loss window, not bugs
 	lost, bad, rolled = v.totals()
 	require.Equal(t, [3]int{1, 4, 1}, [3]int{lost, bad, rolled})
+}
+
+// The checks of the newer kinds must find each kind of violation, one of
+// each in one synthetic run, and let retried publishes (a sequence or a
+// dedupe key published again after an unknown outcome) through as one
+// message: per-key order (key partitions) and per-aggregate order
+// (sequences) of first deliveries, a sequence delivered before its
+// predecessor's ack was sent, a delayed message delivered before it was due,
+// a dedupe key or sequence that became two messages, and a higher priority
+// after a lower one in one page although it committed before the lower one
+// began.
+func TestJudgeKinds(t *testing.T) {
+	t.Parallel()
+	txns := map[string]*txnRec{}
+	meta := map[string]msgMeta{}
+	ledger := map[string]bool{}
+	// txn publishes one message per meta entry, keys txn.0, txn.1, ...
+	txn := func(name string, outcome byte, inLedger bool, ms ...msgMeta) {
+		txns[name] = &txnRec{topic: "t", n: len(ms), outcome: outcome}
+		ledger[name] = inLedger
+		for j, m := range ms {
+			meta[fmt.Sprintf("%s.%d", name, j)] = m
+		}
+	}
+	kp := func(key string, n int64) msgMeta { return msgMeta{order: key, n: n} }
+	sq := func(agg string, n int64) msgMeta {
+		return msgMeta{ident: fmt.Sprintf("seq:%s/%d", agg, n), order: agg, n: n}
+	}
+	dd := func(key string) msgMeta { return msgMeta{ident: "dd:" + key} }
+	// Key partitions: key K's third message comes before its second; key
+	// L's two come in one page (one time, line order).
+	txn("k1", 'C', true, kp("K", 1), kp("K", 2))
+	txn("k2", 'C', true, kp("K", 3))
+	txn("k3", 'C', true, kp("L", 1), kp("L", 2))
+	txn("k4", 'R', false, kp("K", 4)) // rolled back: not part of the order
+	// Sequences: A/1 published again after a rollback of unknown outcome,
+	// A/3 after a commit of unknown outcome (the retry inserts nothing); A/2
+	// handed out before the ack of A/1 was sent; A/4 became two messages;
+	// B/2 came before B/1.
+	txn("s1", 'C', true, sq("A", 2))
+	txn("s2", 'U', false, sq("A", 1))
+	txn("s3", 'C', true, sq("A", 1))
+	txn("s4", 'U', true, sq("A", 3))
+	txn("s5", 'C', true, sq("A", 3))
+	txn("s6", 'C', true, sq("A", 4))
+	txn("s7", 'C', true, sq("A", 4))
+	txn("b1", 'C', true, sq("B", 1), sq("B", 2))
+	// Delays: d1 delivered before due, d2 after.
+	txn("d1", 'C', true, msgMeta{due: 5000})
+	txn("d2", 'C', true, msgMeta{due: 5000})
+	// Dedupe: X retried after an unknown outcome that had committed (one
+	// message), Y became two messages.
+	txn("e1", 'U', true, dd("X"))
+	txn("e2", 'C', true, dd("X"))
+	txn("e3", 'C', true, dd("Y"))
+	txn("e4", 'C', true, dd("Y"))
+	// Priority: pm-1 (9) committed before pm-2 (1) began, yet came after it
+	// in one page; pm-3 (5) after pm-2 is allowed (a later window).
+	txn("pm-1", 'C', true, msgMeta{prio: 9})
+	txn("pm-2", 'C', true, msgMeta{prio: 1})
+	txn("pm-3", 'C', true, msgMeta{prio: 5})
+
+	var ds []delivery
+	d := func(key string, id, lease, at int64) {
+		ds = append(ds, delivery{group: "g", topic: "t", msgID: id, key: key, attempt: 1, leaseID: lease,
+			consumer: "x", at: at, seq: len(ds)})
+	}
+	d("k1.0", 1, 1, 100)
+	d("k2.0", 3, 2, 200) // before K/2
+	d("k1.1", 2, 3, 300)
+	d("k3.0", 4, 4, 400)
+	d("k3.1", 5, 4, 400)
+	d("s3.0", 10, 20, 1000)
+	d("s1.0", 11, 21, 1500) // lease 20's ack was sent at 1600: early
+	d("s4.0", 12, 22, 2500) // lease 21's ack was sent at 2000: in turn
+	d("s6.0", 13, 23, 3000)
+	d("s7.0", 14, 24, 3100) // A/4 again, as another message
+	d("b1.1", 21, 25, 500)  // B/2 before B/1
+	d("b1.0", 20, 26, 600)
+	d("d1.0", 30, 27, 4000) // due at 5000
+	d("d2.0", 31, 28, 6000)
+	d("e1.0", 40, 29, 100)
+	d("e3.0", 41, 30, 100)
+	d("e4.0", 42, 31, 200) // Y again, as another message
+	d("pm-2.0", 51, 32, 700)
+	d("pm-1.0", 50, 32, 700) // one page: 9 after 1
+	d("pm-3.0", 52, 32, 700)
+	rs := &records{txns: txns, meta: meta, deliveries: ds, acks: map[int64]string{},
+		ackSent: map[int64]int64{20: 1600, 21: 2000, 22: 2600}}
+	leases := map[int64]*leaseRow{}
+	for _, x := range ds {
+		leases[x.leaseID] = &leaseRow{id: x.leaseID, group: "t/g", msgs: append(leases[x.leaseID].msgsOrNil(), x.msgID),
+			attempts: append(leases[x.leaseID].attemptsOrNil(), 1)}
+	}
+	for _, l := range leases {
+		l.settled = l.msgs
+	}
+	topics := []topicSpec{{name: "t", groups: []groupSpec{{name: "g"}}}}
+	v := judge(rs, ledger, leases, topics)
+	require.Len(t, v.Groups, 1)
+	g := v.Groups[0]
+	// Committed: K/1..3, L/1..2, A/1..4, B/1..2, d1, d2, X, Y, pm-1..3.
+	require.Equal(t, [3]int{18, 18, 0}, [3]int{g.Committed, g.Delivered, g.Missing})
+	require.Equal(t, [3]int{3, 2, 2}, [3]int{g.OutOfOrder, g.Early, g.DupIdent}, "%+v", *g)
+	o, e := v.ordering()
+	require.Equal(t, [2]int{3, 2}, [2]int{o, e})
+	lost, bad, rolled := v.totals()
+	require.Equal(t, [3]int{0, 2, 0}, [3]int{lost, bad, rolled})
+	var sum Summary
+	sum.add(v)
+	require.Equal(t, "chaos: 0 lost, 2 bad duplicates, 0 rolled-back delivered, 3 out of order, 2 early", sum.Line())
+}
+
+func (l *leaseRow) msgsOrNil() []int64 {
+	if l == nil {
+		return nil
+	}
+	return l.msgs
+}
+
+func (l *leaseRow) attemptsOrNil() []int32 {
+	if l == nil {
+		return nil
+	}
+	return l.attempts
 }

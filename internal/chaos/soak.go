@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -68,7 +69,7 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 	for _, ft := range schedule(cfg) {
 		select {
 		case <-ctx.Done():
-			f.prod.stop()
+			f.stopProducers()
 			return nil, ctx.Err()
 		case <-time.After(time.Until(start.Add(ft.at))):
 		}
@@ -96,7 +97,7 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 		}
 		if err != nil {
 			if ft.kind == "restart" {
-				f.prod.stop()
+				f.stopProducers()
 				return nil, fmt.Errorf("soak: restart: %w", err)
 			}
 			log.Warn("fault not injected", "fault", ft.kind, "error", err)
@@ -104,13 +105,16 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 	}
 	select {
 	case <-ctx.Done():
-		f.prod.stop()
+		f.stopProducers()
 		return nil, ctx.Err()
 	case <-time.After(time.Until(start.Add(cfg.Duration))):
 	}
-	f.prod.stop()
+	f.stopProducers()
 	log.Info("producers stopped; draining", "committed_txns", f.prod.committed.Load(),
-		"rolled_back", f.prod.rolledBack.Load(), "unknown", f.prod.unknown.Load(), "messages", f.prod.messages.Load())
+		"rolled_back", f.prod.rolledBack.Load(), "unknown", f.prod.unknown.Load(), "messages", f.prod.messages.Load(),
+		"kinds_committed_txns", f.kprod.committed.Load(), "kinds_rolled_back", f.kprod.rolledBack.Load(),
+		"kinds_unknown", f.kprod.unknown.Load(), "kinds_messages", f.kprod.messages.Load(),
+		"sequence_gaps_filled", f.kprod.filled.Load())
 	took, derr := f.drain(ctx)
 	if derr != nil {
 		log.Error("drain incomplete (verifying anyway)", "error", derr)
@@ -133,6 +137,9 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 	v.print(out)
 	if derr != nil {
 		fmt.Fprintf(out, "drain: %v\n", derr)
+	}
+	if f.kprod != nil && !f.kprod.filled.Load() {
+		return v, errors.New("soak: the sequence producer could not fill its gaps at the end")
 	}
 	if fc.Restarts < cfg.Restarts || fc.KilledMidPage+fc.KilledOther < min(cfg.Kills, 1) {
 		return v, fmt.Errorf("soak: faults not injected as planned: %+v", fc)
