@@ -27,6 +27,12 @@ type topicSpec struct {
 type groupSpec struct {
 	name    string // "" for the queue's implicit group
 	workers []string
+	// since: the group subscribed during the run (events.go); only what
+	// committed after it is owed to it.
+	since time.Time
+	// scripted: seek and replay hand the group's messages out again, with
+	// attempt 1: its redeliveries are not classified.
+	scripted bool
 }
 
 func (g groupSpec) label() string {
@@ -126,21 +132,29 @@ func (f *fleet) setup(ctx context.Context) error {
 func (f *fleet) startWorkers() error {
 	for _, t := range f.topics {
 		for _, g := range t.groups {
-			for i, kind := range g.workers {
-				name := fmt.Sprintf("%s-%s-%d", strings.TrimPrefix(t.name, "chaos."), g.label(), i+1)
-				late := 0
-				if kind == kindSQL || kind == kindTimed || kind == kindExplicit {
-					late = f.cfg.LateAcks
-				}
-				spec, _ := json.Marshal(workerSpec{Name: name, Kind: kind, URL: f.url, Topic: t.name, Group: g.name,
-					Page: f.cfg.PageSize, Lease: f.cfg.Lease, LateAcks: late, RunDir: f.cfg.RunDir})
-				p := &proc{name: name, exe: f.cfg.Exe, env: []string{WorkerEnv + "=" + string(spec)}}
-				if err := f.sup.add(p); err != nil {
-					return err
-				}
-				f.workers = append(f.workers, p)
+			if err := f.startGroup(t, g); err != nil {
+				return err
 			}
 		}
+	}
+	return nil
+}
+
+// startGroup starts the workers of one group.
+func (f *fleet) startGroup(t topicSpec, g groupSpec) error {
+	for i, kind := range g.workers {
+		name := fmt.Sprintf("%s-%s-%d", strings.TrimPrefix(t.name, "chaos."), g.label(), i+1)
+		late := 0
+		if kind == kindSQL || kind == kindTimed || kind == kindExplicit {
+			late = f.cfg.LateAcks
+		}
+		spec, _ := json.Marshal(workerSpec{Name: name, Kind: kind, URL: f.url, Topic: t.name, Group: g.name,
+			Page: f.cfg.PageSize, Lease: f.cfg.Lease, LateAcks: late, RunDir: f.cfg.RunDir})
+		p := &proc{name: name, exe: f.cfg.Exe, env: []string{WorkerEnv + "=" + string(spec)}}
+		if err := f.sup.add(p); err != nil {
+			return err
+		}
+		f.workers = append(f.workers, p)
 	}
 	return nil
 }

@@ -189,3 +189,40 @@ func (l *leaseRow) attemptsOrNil() []int32 {
 	}
 	return l.attempts
 }
+
+// A group that subscribed during the run is owed only what committed after
+// it did, and a scripted group's redeliveries (seek, replay: attempt 1
+// again) are not classified as bugs; anything else still is.
+func TestJudgeLateGroup(t *testing.T) {
+	t.Parallel()
+	since := time.Unix(0, 1000)
+	rs := &records{txns: map[string]*txnRec{
+		"a": {topic: "t", n: 1, outcome: 'C', at: 500},  // before the group: not owed, not delivered
+		"b": {topic: "t", n: 1, outcome: 'C', at: 1500}, // owed, delivered twice (a seek back)
+		"c": {topic: "t", n: 1, outcome: 'C', at: 2000}, // owed, never delivered: missing
+		"d": {topic: "t", n: 1, outcome: 'U'},           // committed (ledger), no time: not owed
+		"e": {topic: "t", n: 1, outcome: 'R'},           // rolled back, delivered: still a bug
+	}, acks: map[int64]string{}, meta: map[string]msgMeta{}}
+	ledger := map[string]bool{"a": true, "b": true, "c": true, "d": true}
+	d := func(id int64, key string, lease int64) delivery {
+		return delivery{group: "late", topic: "t", msgID: id, key: key, attempt: 1, leaseID: lease, consumer: "x"}
+	}
+	rs.deliveries = []delivery{d(2, "b.0", 10), d(2, "b.0", 11), d(5, "e.0", 12)}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	lease := func(id int64, at time.Duration, msg int64) *leaseRow {
+		return &leaseRow{id: id, group: "t/late", created: t0.Add(at), expires: t0.Add(at + 3*time.Second),
+			msgs: []int64{msg}, attempts: []int32{1}, settled: []int64{msg}}
+	}
+	leases := map[int64]*leaseRow{10: lease(10, 0, 2), 11: lease(11, time.Second, 2), 12: lease(12, 0, 5)}
+	topics := []topicSpec{{name: "t", groups: []groupSpec{{name: "late", since: since, scripted: true}}}}
+	v := judge(rs, ledger, leases, topics)
+	require.Equal(t, groupResult{Topic: "t", Group: "late", Committed: 2, Delivered: 1, Missing: 1, RolledBack: 1},
+		*v.Groups[0])
+
+	// Not scripted: the second lease of message 2 came while the first was
+	// live, after it settled the message.
+	topics[0].groups[0].scripted = false
+	v = judge(rs, ledger, leases, topics)
+	require.Equal(t, 1, v.Groups[0].Redelivered)
+	require.Equal(t, 1, v.Groups[0].AfterAck)
+}

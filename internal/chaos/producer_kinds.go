@@ -46,6 +46,7 @@ type kindProducers struct {
 
 	committed, rolledBack, unknown, messages atomic.Int64
 	filled                                   atomic.Bool // sequences: every gap filled at the end
+	hold                                     sync.Mutex  // held by the key-partition producer per transaction
 	cancel                                   context.CancelFunc
 	wg                                       sync.WaitGroup
 }
@@ -210,7 +211,10 @@ func (p *kindProducers) kpartLoop(ctx context.Context, k *kconn) {
 			msgs = append(msgs, kmsg{sql: `SELECT fanout.publish($1, $2::jsonb, message_group => $3)`,
 				args: []any{key}, ident: "-", order: key, n: next[key], prio: -1})
 		}
-		if _, err := k.publish(ctx, p.kpart, msgs, p.rolls(), false); err != nil {
+		p.hold.Lock() // (events.go: alter_topic waits for the groups with it)
+		_, err := k.publish(ctx, p.kpart, msgs, p.rolls(), false)
+		p.hold.Unlock()
+		if err != nil {
 			p.log.Error("producer: record", "error", err)
 			return
 		}

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 )
 
 // fault is one scheduled fault of the soak.
 type fault struct {
 	at   time.Duration
-	kind string // restart, terminate, kill, leader
+	kind string // restart, terminate, kill, leader, event:<kind> (events.go)
 }
 
 // schedule spreads the configured faults over the soak: restarts evenly,
@@ -30,6 +31,11 @@ func schedule(cfg Config) []fault {
 	spread("terminate", cfg.Terminates, 0.25)
 	spread("kill", cfg.Kills, 0.1)
 	spread("leader", cfg.LeaderKills, 0.7)
+	if !cfg.NoEvents {
+		for _, e := range soakEvents {
+			fs = append(fs, fault{at: time.Duration(e.at * float64(cfg.Duration)), kind: "event:" + e.kind})
+		}
+	}
 	slices.SortStableFunc(fs, func(a, b fault) int { return int(a.at - b.at) })
 	return fs
 }
@@ -65,6 +71,7 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 	log.Info("soak running", "duration", cfg.Duration, "rate_txn_s", cfg.Rate, "workers", len(f.workers),
 		"records", cfg.RunDir)
 	var fc faultCounts
+	var el eventLog
 	start := time.Now()
 	for _, ft := range schedule(cfg) {
 		select {
@@ -94,6 +101,10 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 			f.killWorker(&fc)
 		case "leader":
 			err = f.killLeader(ctx, &fc)
+		default:
+			if e, ok := strings.CutPrefix(ft.kind, "event:"); ok {
+				f.event(ctx, e, &el)
+			}
 		}
 		if err != nil {
 			if ft.kind == "restart" {
@@ -134,9 +145,15 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 		"(+%d while idle), %d scheduler leaders SIGKILLed, late acks up to %d per SQL consumer; "+
 		"unplanned child exits %d\n", fc.Restarts, fc.Terminated, fc.KilledMidPage, fc.KilledOther, fc.LeaderKills,
 		cfg.LateAcks, sup.failures())
+	if len(el.done)+len(el.failed) > 0 {
+		fmt.Fprintln(out, el.String())
+	}
 	v.print(out)
 	if derr != nil {
 		fmt.Fprintf(out, "drain: %v\n", derr)
+	}
+	if len(el.failed) > 0 {
+		return v, fmt.Errorf("soak: scripted events failed: %s", strings.Join(el.failed, "; "))
 	}
 	if f.kprod != nil && !f.kprod.filled.Load() {
 		return v, errors.New("soak: the sequence producer could not fill its gaps at the end")

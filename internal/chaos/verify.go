@@ -237,7 +237,8 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 	}
 	committedKeys := map[string]map[string]bool{} // topic → identities
 	lostCommit := map[string]bool{}
-	onServer := map[string]bool{} // identities some transaction in the ledger committed
+	onServer := map[string]bool{}     // identities some transaction in the ledger committed
+	committedAt := map[string]int64{} // identity → when a COMMIT of it returned OK (the latest)
 	rolledKeys := map[string]bool{}
 	for txn, t := range rs.txns {
 		committed := false
@@ -271,6 +272,9 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 					committedKeys[t.topic] = map[string]bool{}
 				}
 				committedKeys[t.topic][ident(k)] = true
+				if t.outcome == 'C' {
+					committedAt[ident(k)] = max(committedAt[ident(k)], t.at)
+				}
 				if ledger[txn] {
 					onServer[ident(k)] = true
 				}
@@ -281,11 +285,23 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 	}
 
 	byGroup := map[string]*groupResult{}
+	specs := map[string]groupSpec{}
+	// owed: whether the group must get identity k (a group that subscribed
+	// during the run: what committed after it did).
+	owed := func(g groupSpec, k string) bool {
+		return g.since.IsZero() || committedAt[k] >= g.since.UnixNano()
+	}
 	for _, t := range topics {
 		for _, g := range t.groups {
-			r := &groupResult{Topic: t.name, Group: g.label(), Committed: len(committedKeys[t.name])}
+			r := &groupResult{Topic: t.name, Group: g.label()}
+			for k := range committedKeys[t.name] {
+				if owed(g, k) {
+					r.Committed++
+				}
+			}
 			v.Groups = append(v.Groups, r)
 			byGroup[t.name+"/"+g.label()] = r
+			specs[t.name+"/"+g.label()] = g
 		}
 	}
 	seen := map[string]map[string]bool{}
@@ -317,6 +333,7 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 		topic := r.Topic
 		for k := range committedKeys[topic] {
 			switch {
+			case !owed(specs[gk], k):
 			case seen[gk][k]:
 				r.Delivered++
 			case lostCommit[k] && !onServer[k]:
@@ -328,7 +345,7 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 	}
 	for key, hist := range history {
 		r := byGroup[key.group]
-		if r == nil {
+		if r == nil || specs[key.group].scripted {
 			continue
 		}
 		if hist[0].attempts[slices.Index(hist[0].msgs, key.msg)] != 1 {
