@@ -312,7 +312,9 @@ func (p *kindProducers) miscLoop(ctx context.Context, k *kconn) {
 		case len(retry) > 0 && r < 5:
 			dd, retry = retry[0], retry[1:]
 		case r < 4:
-			due := time.Now().Add(time.Duration(rand.IntN(4000)) * time.Millisecond)
+			// (timestamptz holds microseconds: the server's deliver_at
+			// is exactly the recorded due)
+			due := time.Now().Add(time.Duration(rand.IntN(4000)) * time.Millisecond).Truncate(time.Microsecond)
 			msgs = append(msgs, kmsg{sql: `SELECT fanout.publish($1, $2::jsonb, deliver_at => $3)`,
 				args: []any{due}, ident: "-", order: "-", due: due.UnixNano(), prio: -1})
 		case r < 7:
