@@ -72,8 +72,8 @@ func TestJudgeClassifies(t *testing.T) {
 // (sequences) of first deliveries, a sequence delivered before its
 // predecessor's ack was sent, a delayed message delivered before it was due,
 // a dedupe key or sequence that became two messages, and a higher priority
-// after a lower one in one page although it committed before the lower one
-// began.
+// after a lower one (in one page, or in one consumer's later page) although
+// it committed before the lower one began.
 func TestJudgeKinds(t *testing.T) {
 	t.Parallel()
 	txns := map[string]*txnRec{}
@@ -124,6 +124,12 @@ func TestJudgeKinds(t *testing.T) {
 	txn("pm-1", 'C', true, msgMeta{prio: 9})
 	txn("pm-2", 'C', true, msgMeta{prio: 1})
 	txn("pm-3", 'C', true, msgMeta{prio: 5})
+	// ... and across one consumer's pages: pm-4 (8) after pm-5 (2); pm-6
+	// (7) after pm-7 (3) came to two consumers (no order between them).
+	txn("pm-4", 'C', true, msgMeta{prio: 8})
+	txn("pm-5", 'C', true, msgMeta{prio: 2})
+	txn("pm-6", 'C', true, msgMeta{prio: 7})
+	txn("pm-7", 'C', true, msgMeta{prio: 3})
 
 	var ds []delivery
 	d := func(key string, id, lease, at int64) {
@@ -150,6 +156,11 @@ func TestJudgeKinds(t *testing.T) {
 	d("pm-2.0", 51, 32, 700)
 	d("pm-1.0", 50, 32, 700) // one page: 9 after 1
 	d("pm-3.0", 52, 32, 700)
+	d("pm-5.0", 54, 33, 800)
+	d("pm-4.0", 53, 34, 900) // the consumer's next page: 8 after 2
+	ds = append(ds, delivery{group: "g", topic: "t", msgID: 56, key: "pm-7.0", attempt: 1, leaseID: 35,
+		consumer: "y", at: 800, seq: len(ds)})
+	d("pm-6.0", 55, 36, 900)
 	rs := &records{txns: txns, meta: meta, deliveries: ds, acks: map[int64]string{},
 		ackSent: map[int64]int64{20: 1600, 21: 2000, 22: 2600}}
 	leases := map[int64]*leaseRow{}
@@ -164,16 +175,16 @@ func TestJudgeKinds(t *testing.T) {
 	v := judge(rs, ledger, leases, topics)
 	require.Len(t, v.Groups, 1)
 	g := v.Groups[0]
-	// Committed: K/1..3, L/1..2, A/1..4, B/1..2, d1, d2, X, Y, pm-1..3.
-	require.Equal(t, [3]int{18, 18, 0}, [3]int{g.Committed, g.Delivered, g.Missing})
-	require.Equal(t, [3]int{3, 2, 2}, [3]int{g.OutOfOrder, g.Early, g.DupIdent}, "%+v", *g)
+	// Committed: K/1..3, L/1..2, A/1..4, B/1..2, d1, d2, X, Y, pm-1..7.
+	require.Equal(t, [3]int{22, 22, 0}, [3]int{g.Committed, g.Delivered, g.Missing})
+	require.Equal(t, [3]int{4, 2, 2}, [3]int{g.OutOfOrder, g.Early, g.DupIdent}, "%+v", *g)
 	o, e := v.ordering()
-	require.Equal(t, [2]int{3, 2}, [2]int{o, e})
+	require.Equal(t, [2]int{4, 2}, [2]int{o, e})
 	lost, bad, rolled := v.totals()
 	require.Equal(t, [3]int{0, 2, 0}, [3]int{lost, bad, rolled})
 	var sum Summary
 	sum.add(v)
-	require.Equal(t, "chaos: 0 lost, 2 bad duplicates, 0 rolled-back delivered, 3 out of order, 2 early", sum.Line())
+	require.Equal(t, "chaos: 0 lost, 2 bad duplicates, 0 rolled-back delivered, 4 out of order, 2 early", sum.Line())
 }
 
 func (l *leaseRow) msgsOrNil() []int64 {

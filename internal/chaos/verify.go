@@ -76,7 +76,7 @@ type verdict struct {
 		Delayed      int // deliveries of delayed messages checked against their due time
 		Idents       int // dedupe keys and sequences checked for being one message
 		Retried      int // ... of which more than one transaction published
-		PrioPairs    int // pairs of one page checked for priority order
+		PrioChecks   int // first deliveries checked for priority order
 		DroppedParts string
 	}
 }
@@ -444,41 +444,38 @@ func judgeKinds(v *verdict, rs *records, leases map[int64]*leaseRow, byGroup map
 			byGroup[x.group].DupIdent++
 		}
 	}
-	// Priority: within one page, among first deliveries of undelayed
-	// messages, a message must not come after one of lower priority whose
+	// Priority: one consumer's first deliveries (attempt 1) of undelayed
+	// messages, in the order it recorded them (its reads are one after the
+	// other), must not bring a message after one of lower priority whose
 	// transaction began after its own had committed (one producer, one
 	// transaction at a time): it was then in that one's snapshot window or
 	// an earlier one, so it came first (fanout.read: by priority inside a
-	// window, windows in order).
-	type gl struct {
-		group string
-		lease int64
-	}
-	pages := map[gl][]delivery{}
-	for _, d := range rs.deliveries {
-		if m, ok := rs.meta[d.key]; ok && m.prio >= 0 && m.due == 0 && d.attempt == 1 {
-			x := gl{d.topic + "/" + d.group, d.leaseID}
-			pages[x] = append(pages[x], d)
+	// window, windows in order). Per consumer and producer, the highest
+	// transaction number seen so far at each priority.
+	type cp struct{ group, consumer, producer string }
+	highest := map[cp]*[10]int{}
+	for _, d := range rs.deliveries { // (in record order within a file)
+		m, ok := rs.meta[d.key]
+		if !ok || m.prio < 0 || m.prio > 9 || m.due != 0 || d.attempt != 1 {
+			continue
 		}
-	}
-	for x, page := range pages {
-		slices.SortFunc(page, func(a, b delivery) int { return cmp.Compare(a.seq, b.seq) })
-		for i, a := range page {
-			for _, b := range page[i+1:] {
-				if a.consumer != b.consumer {
-					continue
+		prod, n := txnOf(d.key)
+		x := cp{d.topic + "/" + d.group, d.consumer, prod}
+		h := highest[x]
+		if h == nil {
+			h = &[10]int{-1, -1, -1, -1, -1, -1, -1, -1, -1, -1}
+			highest[x] = h
+		}
+		v.Kinds.PrioChecks++
+		for q := range m.prio {
+			if h[q] > n {
+				if r := byGroup[x.group]; r != nil {
+					r.OutOfOrder++
 				}
-				pa, na := txnOf(a.key)
-				pb, nb := txnOf(b.key)
-				if pa != pb {
-					continue
-				}
-				v.Kinds.PrioPairs++
-				if rs.meta[b.key].prio > rs.meta[a.key].prio && nb < na {
-					byGroup[x.group].OutOfOrder++
-				}
+				break
 			}
 		}
+		h[m.prio] = max(h[m.prio], n)
 	}
 	// Per group and key (or aggregate): the committed messages by number.
 	type gk struct{ group, order string }
@@ -575,8 +572,8 @@ func (v *verdict) print(w io.Writer) {
 	if k := v.Kinds; k.OrderPairs+k.Delayed+k.Idents > 0 {
 		fmt.Fprintf(w, "ordered kinds: %d consecutive pairs of a key or aggregate checked for order, %d sequences "+
 			"against their predecessor's ack, %d deliveries of delayed messages against their due time, %d dedupe keys "+
-			"and sequences checked for being one message (%d published by more than one transaction), %d pairs of a page "+
-			"for priority order\n", k.OrderPairs, k.AckChecks, k.Delayed, k.Idents, k.Retried, k.PrioPairs)
+			"and sequences checked for being one message (%d published by more than one transaction), %d first deliveries "+
+			"for priority order\n", k.OrderPairs, k.AckChecks, k.Delayed, k.Idents, k.Retried, k.PrioChecks)
 	}
 	if v.Kinds.DroppedParts != "" {
 		fmt.Fprintf(w, "table partitions dropped during the run: %s\n", v.Kinds.DroppedParts)
