@@ -104,6 +104,9 @@ type fleet struct {
 	scheds  []*proc
 	prod    *producers
 	kprod   *kindProducers // nil without topics of the newer kinds
+	// rejoin: members of the automatic key-partition group; every second
+	// worker kill is one of them (its partitions move, then move back).
+	rejoin []*proc
 }
 
 func (f *fleet) setup(ctx context.Context) error {
@@ -155,6 +158,9 @@ func (f *fleet) startGroup(t topicSpec, g groupSpec) error {
 			return err
 		}
 		f.workers = append(f.workers, p)
+		if t.kind == "kpart" && kind != kindExplicit {
+			f.rejoin = append(f.rejoin, p)
+		}
 	}
 	return nil
 }
@@ -236,7 +242,12 @@ func (f *fleet) terminate(ctx context.Context, n int) (int, error) {
 // killWorker arms a random worker to SIGKILL itself mid-page (SIGUSR1) and
 // SIGKILLs it from outside if it did not within 3 s (an idle worker).
 func (f *fleet) killWorker(fc *faultCounts) {
-	p := f.workers[rand.IntN(len(f.workers))]
+	f.killWorkerIn(f.workers, fc)
+}
+
+// killWorkerIn is killWorker among ps.
+func (f *fleet) killWorkerIn(ps []*proc, fc *faultCounts) {
+	p := ps[rand.IntN(len(ps))]
 	if p.pid() == 0 {
 		return
 	}

@@ -22,12 +22,13 @@ import (
 //     keys, numbered per key (M lines: the key and its number); one
 //     goroutine owns every key, so a key's transactions never overlap and
 //     commit order is number order;
-//   - sequences: per aggregate, new sequences are introduced a few at a
-//     time and published in shuffled order, some left as gaps that a later
-//     transaction fills (also in shuffled order), some rolled back (and
-//     published again later); a transaction with an unknown outcome is
-//     published again too (the sequence dedupes it). On stop every gap is
-//     filled, so every aggregate can drain;
+//   - sequences (two goroutines sharing 12 aggregates): per aggregate, new
+//     sequences are introduced a few at a time and published in shuffled
+//     order, some left as gaps that a later transaction fills (also in
+//     shuffled order), some rolled back (and published again later); a
+//     transaction with an unknown outcome is published again too (the
+//     sequence dedupes it). On stop every gap is filled, so every aggregate
+//     can drain;
 //   - the misc queue: delayed messages (deliver_at up to 4 s ahead; M line:
 //     due), priorities 0..9, and dedupe keys: a publish whose outcome is
 //     unknown, or (one in five) whose COMMIT returned OK but whose
@@ -45,8 +46,8 @@ type kindProducers struct {
 	misc     string
 
 	committed, rolledBack, unknown, messages atomic.Int64
-	filled                                   atomic.Bool // sequences: every gap filled at the end
-	hold                                     sync.Mutex  // held by the key-partition producer per transaction
+	seqs                                     seqState
+	hold                                     sync.Mutex // held by the key-partition producer per transaction
 	cancel                                   context.CancelFunc
 	wg                                       sync.WaitGroup
 }
@@ -64,7 +65,8 @@ type kmsg struct {
 
 func (p *kindProducers) start(ctx context.Context) error {
 	ctx, p.cancel = context.WithCancel(ctx)
-	loops := map[string]func(context.Context, *kconn){"kpart": p.kpartLoop, "seq": p.seqLoop, "misc": p.miscLoop}
+	loops := map[string]func(context.Context, *kconn){"kpart": p.kpartLoop, "seq1": p.seqLoop, "seq2": p.seqLoop,
+		"misc": p.miscLoop}
 	for name, loop := range loops {
 		rec, err := newRecorder(filepath.Join(p.runDir, "pk-"+name+".rec"))
 		if err != nil {
@@ -86,6 +88,18 @@ func (p *kindProducers) start(ctx context.Context) error {
 func (p *kindProducers) stop() {
 	p.cancel()
 	p.wg.Wait()
+}
+
+// filled reports whether the sequence producers left no gap.
+func (p *kindProducers) filled() bool {
+	p.seqs.mu.Lock()
+	defer p.seqs.mu.Unlock()
+	for _, pend := range p.seqs.pending {
+		if len(pend) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // kconn is one producer goroutine's connection and record file.
@@ -221,13 +235,24 @@ func (p *kindProducers) kpartLoop(ctx context.Context, k *kconn) {
 	}
 }
 
+// seqState is the sequence producers' shared view of the aggregates.
+type seqState struct {
+	mu      sync.Mutex
+	hi      [seqAggregates]int64
+	pending [seqAggregates][]int64 // introduced, not known committed
+}
+
+const seqAggregates = 12
+
 // seqLoop: per-aggregate sequences, out of order, with gaps filled later.
+// Two of them share the aggregates, so their transactions interleave on one
+// aggregate (the same sequence from both: the second waits for the first
+// and returns its id; two that publish an aggregate's sequences in opposite
+// orders may deadlock: one fails, its sequences stay pending).
 func (p *kindProducers) seqLoop(ctx context.Context, k *kconn) {
-	t := p.ticker()
+	t := time.NewTicker(time.Duration(2 * float64(time.Second) / p.rate)) // (two loops)
 	defer t.Stop()
-	const aggs = 12
-	hi := make([]int64, aggs)
-	pending := make([][]int64, aggs) // introduced, not known committed
+	st := &p.seqs
 	msg := func(a int, n int64) kmsg {
 		agg := fmt.Sprintf("agg-%d", a)
 		return kmsg{sql: `SELECT fanout.publish($1, $2::jsonb, message_group => $3, sequence => $4)`,
@@ -241,30 +266,34 @@ func (p *kindProducers) seqLoop(ctx context.Context, k *kconn) {
 		}
 		outcome, err := k.publish(ctx, p.seq, msgs, rollback, false)
 		if outcome == 'C' {
-			pending[a] = slices.DeleteFunc(pending[a], func(n int64) bool { return slices.Contains(ns, n) })
+			st.mu.Lock()
+			st.pending[a] = slices.DeleteFunc(st.pending[a], func(n int64) bool { return slices.Contains(ns, n) })
+			st.mu.Unlock()
 		}
 		return err
 	}
 	for k.tick(ctx, t) {
-		a := rand.IntN(aggs)
+		a := rand.IntN(seqAggregates)
 		var ns []int64
-		if len(pending[a]) > 0 && (rand.IntN(2) == 0 || len(pending[a]) > 5) {
+		st.mu.Lock()
+		if pend := st.pending[a]; len(pend) > 0 && (rand.IntN(2) == 0 || len(pend) > 5) {
 			// Fill gaps: up to two of the pending sequences.
-			for _, i := range rand.Perm(len(pending[a]))[:min(2, len(pending[a]))] {
-				ns = append(ns, pending[a][i])
+			for _, i := range rand.Perm(len(pend))[:min(2, len(pend))] {
+				ns = append(ns, pend[i])
 			}
 		} else {
 			// Introduce 1..3 new sequences; publish a random part of them now.
 			for range 1 + rand.IntN(3) {
-				hi[a]++
-				pending[a] = append(pending[a], hi[a])
+				st.hi[a]++
+				st.pending[a] = append(st.pending[a], st.hi[a])
 				if rand.IntN(3) > 0 {
-					ns = append(ns, hi[a])
+					ns = append(ns, st.hi[a])
 				}
 			}
-			if len(ns) == 0 {
-				continue
-			}
+		}
+		st.mu.Unlock()
+		if len(ns) == 0 {
+			continue
 		}
 		if err := publish(ctx, a, ns, p.rolls()); err != nil {
 			p.log.Error("producer: record", "error", err)
@@ -276,18 +305,20 @@ func (p *kindProducers) seqLoop(ctx context.Context, k *kconn) {
 	defer cancel()
 	for fill.Err() == nil {
 		left := 0
-		for a := range aggs {
-			if len(pending[a]) == 0 {
+		for a := range seqAggregates {
+			st.mu.Lock()
+			ns := slices.Clone(st.pending[a])
+			st.mu.Unlock()
+			if len(ns) == 0 {
 				continue
 			}
 			left++
-			if err := publish(fill, a, slices.Clone(pending[a]), false); err != nil {
+			if err := publish(fill, a, ns, false); err != nil {
 				p.log.Error("producer: record", "error", err)
 				return
 			}
 		}
 		if left == 0 {
-			p.filled.Store(true)
 			return
 		}
 		select {
@@ -295,7 +326,7 @@ func (p *kindProducers) seqLoop(ctx context.Context, k *kconn) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	p.log.Error("producer: sequence gaps not filled at the end", "pending", pending)
+	p.log.Error("producer: sequence gaps not filled at the end", "producer", k.name)
 }
 
 // miscLoop: delayed, prioritized and deduplicated messages on the misc queue.

@@ -72,6 +72,7 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 		"records", cfg.RunDir)
 	var fc faultCounts
 	var el eventLog
+	kills := 0
 	start := time.Now()
 	for _, ft := range schedule(cfg) {
 		select {
@@ -98,7 +99,11 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 			fc.Terminated += n
 			log.Info("fault: pg_terminate_backend", "backends", n)
 		case "kill":
-			f.killWorker(&fc)
+			if kills++; kills%2 == 0 && len(f.rejoin) > 0 {
+				f.killWorkerIn(f.rejoin, &fc)
+			} else {
+				f.killWorker(&fc)
+			}
 		case "leader":
 			err = f.killLeader(ctx, &fc)
 		default:
@@ -125,7 +130,7 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 		"rolled_back", f.prod.rolledBack.Load(), "unknown", f.prod.unknown.Load(), "messages", f.prod.messages.Load(),
 		"kinds_committed_txns", f.kprod.committed.Load(), "kinds_rolled_back", f.kprod.rolledBack.Load(),
 		"kinds_unknown", f.kprod.unknown.Load(), "kinds_messages", f.kprod.messages.Load(),
-		"sequence_gaps_filled", f.kprod.filled.Load())
+		"sequence_gaps_filled", f.kprod.filled())
 	took, derr := f.drain(ctx)
 	if derr != nil {
 		log.Error("drain incomplete (verifying anyway)", "error", derr)
@@ -155,7 +160,7 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 	if len(el.failed) > 0 {
 		return v, fmt.Errorf("soak: scripted events failed: %s", strings.Join(el.failed, "; "))
 	}
-	if f.kprod != nil && !f.kprod.filled.Load() {
+	if f.kprod != nil && !f.kprod.filled() {
 		return v, errors.New("soak: the sequence producer could not fill its gaps at the end")
 	}
 	if fc.Restarts < cfg.Restarts || fc.KilledMidPage+fc.KilledOther < min(cfg.Kills, 1) {
