@@ -51,9 +51,9 @@ type eventLog struct {
 }
 
 // event runs one scripted event, retried (a fault may be under way) for up
-// to 30 s.
+// to 90 s.
 func (f *fleet) event(ctx context.Context, kind string, el *eventLog) {
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	var err error
 	for {
 		var note string
@@ -180,8 +180,10 @@ func (f *fleet) alterPartitions(ctx context.Context, conn *pgx.Conn) (string, er
 		if busy == 0 {
 			break
 		}
-		if time.Since(start) > 20*time.Second {
-			return "", fmt.Errorf("%s: groups did not catch up within 20 s", alterTopic)
+		// (after a restart the members come back within seconds, and
+		// pages of killed members wait for their lease)
+		if time.Since(start) > 60*time.Second {
+			return "", fmt.Errorf("%s: groups did not catch up within 60 s", alterTopic)
 		}
 		select {
 		case <-ctx.Done():
