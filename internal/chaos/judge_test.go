@@ -2,6 +2,9 @@ package chaos
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -236,4 +239,33 @@ func TestJudgeLateGroup(t *testing.T) {
 	v = judge(rs, ledger, leases, topics)
 	require.Equal(t, 1, v.Groups[0].Redelivered)
 	require.Equal(t, 1, v.Groups[0].AfterAck)
+}
+
+// The record reader takes the kinds' lines (M, T, D with its time) and the
+// D lines without a time of older record files, and counts a torn line.
+func TestReadRecordsKinds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	lines := []string{
+		line("B", "pkseq1-1", "chaos.seq", 2),
+		line("M", "pkseq1-1", 0, "seq:agg-1/2", "agg-1", 2, 0, -1),
+		line("M", "pkseq1-1", 1, "-", "-", 0, 1700, 3),
+		line("C", "pkseq1-1", 99),
+		line("D", "s1", "chaos.seq", 7, "pkseq1-1.0", 1, 42, "w-1", 1234),
+		line("D", "s1", "chaos.seq", 8, "pkseq1-1.1", 1, 42, "w-1"),
+		line("T", 42, 1300),
+		line("T", 42, 1250), // the earliest T of a lease counts
+		line("A", 42, "ok"),
+		"M\tpkseq1-1\t2\ttorn",
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "x.rec"), []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	rs, err := readRecords(dir)
+	require.NoError(t, err)
+	require.Equal(t, msgMeta{ident: "seq:agg-1/2", order: "agg-1", n: 2, prio: -1}, rs.meta["pkseq1-1.0"])
+	require.Equal(t, msgMeta{due: 1700, prio: 3}, rs.meta["pkseq1-1.1"])
+	require.Len(t, rs.deliveries, 2)
+	require.Equal(t, [2]int64{1234, 0}, [2]int64{rs.deliveries[0].at, rs.deliveries[1].at})
+	require.Equal(t, [2]int{0, 1}, [2]int{rs.deliveries[0].seq, rs.deliveries[1].seq})
+	require.Equal(t, int64(1250), rs.ackSent[42])
+	require.Equal(t, 1, rs.torn)
 }
