@@ -3,9 +3,9 @@
 // PostgreSQL clusters (scripts/devdb.sh), re-executes itself as consumer
 // workers, and ends with one line:
 //
-//	chaos: L lost, B bad duplicates, R rolled-back delivered
+//	chaos: L lost, B bad duplicates, R rolled-back delivered, O out of order, E early
 //
-// exiting non-zero unless all three are 0 and every scenario ran clean.
+// exiting non-zero unless all five are 0 and every scenario ran clean.
 //
 //	pgq-chaos [-seconds N] [-scenarios soak,longtx,deadgroup,failover-sync,failover-async] [-port P] [-failover-port P]
 package main
@@ -32,7 +32,7 @@ func main() {
 	var cfg chaos.Config
 	var seconds, longTx int
 	var scenarios string
-	flag.IntVar(&seconds, "seconds", 0, "soak duration in seconds (env CHAOS_SECONDS; default 180)")
+	flag.IntVar(&seconds, "seconds", 0, "soak duration in seconds (env CHAOS_SECONDS; default 180; long mode: 1800)")
 	flag.IntVar(&longTx, "long-tx-seconds", 0, "how long the long transaction holds its xid (default 120)")
 	flag.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios (default: all of "+strings.Join(chaos.AllScenarios, ",")+")")
 	flag.IntVar(&cfg.Port, "port", 0, "port of the soak cluster (default 25435)")
@@ -42,6 +42,7 @@ func main() {
 	flag.IntVar(&cfg.Restarts, "restarts", 0, "immediate server stops during the soak (default 2)")
 	flag.IntVar(&cfg.Kills, "kills", 0, "consumer processes SIGKILLed during the soak (default 6)")
 	flag.BoolVar(&cfg.NoRelay, "no-relay", false, "no relay consumer (read and publish in one transaction) on the queue")
+	flag.BoolVar(&cfg.NoEvents, "no-events", false, "no scripted events (subscribe earliest, pause/resume, seek, replay, alter_topic) in the soak")
 	flag.StringVar(&cfg.SchedulerBin, "scheduler", "", "pgq-scheduler binary (default bin/pgq-scheduler)")
 	flag.Parse()
 	if seconds == 0 {

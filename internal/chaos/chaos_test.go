@@ -40,8 +40,9 @@ func ciPort(t *testing.T) int {
 
 // TestChaosShort is the CI version of make chaos: a 60-second soak with at
 // least one immediate server restart and consumers SIGKILLed mid-page, then
-// the long-transaction and dead-group scenarios scaled down. Any lost
-// message, bad duplicate or delivered rollback fails it.
+// the long-transaction and dead-group scenarios scaled down. The soak has
+// every topic kind and scripted event of make chaos. Any lost message, bad
+// duplicate, delivered rollback, out-of-order or early delivery fails it.
 func TestChaosShort(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -99,6 +100,8 @@ func TestChaosShort(t *testing.T) {
 		total.Lost += r.sum.Lost
 		total.BadDuplicates += r.sum.BadDuplicates
 		total.RolledBackDelivered += r.sum.RolledBackDelivered
+		total.OutOfOrder += r.sum.OutOfOrder
+		total.Early += r.sum.Early
 		total.Problems = append(total.Problems, r.sum.Problems...)
 		if r.err != nil {
 			total.Problems = append(total.Problems, r.err.Error())

@@ -65,6 +65,10 @@ type Config struct {
 	// read-then-publish and publish-then-read) with a plain SQL consumer.
 	// Default false: the relay runs.
 	NoRelay bool
+	// NoEvents leaves out the soak's scripted events (events.go: subscribe
+	// earliest, pause/resume, seek, replay, alter_topic raising P).
+	// Default false: they run.
+	NoEvents bool
 
 	// LongTx is how long the long-transaction scenario holds its xid.
 	// Default 2 minutes.

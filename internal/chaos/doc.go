@@ -13,5 +13,11 @@
 // consumer backends, consumers SIGKILLed mid-page, the scheduler leader
 // SIGKILLed, acks after lease expiry) and verifies, per group, that every
 // committed key was delivered, no rolled-back key was, and every duplicate
-// is of an allowed kind. See README "How we test".
+// is of an allowed kind. The soak also covers the newer topic kinds
+// (producer_kinds.go, worker_kinds.go: key partitions, sequence ordering,
+// delays, priorities, dedupe keys) and scripted events (events.go: a group
+// subscribing 'earliest', pause/resume, seek, replay, alter_topic raising
+// P), and the verifier checks their order (per key, per aggregate, by
+// priority) and that nothing comes early (before deliver_at, before the
+// predecessor's ack). See README "How we test".
 package chaos

@@ -19,11 +19,20 @@ type topicSpec struct {
 	groups   []groupSpec
 	isQueue  bool
 	complete string // "", "offset" or "reference" (for the report)
+	// kind: "" for the plain producers' topics, else the kindProducers
+	// loop that publishes to it (kpart, seq or misc).
+	kind string
 }
 
 type groupSpec struct {
 	name    string // "" for the queue's implicit group
 	workers []string
+	// since: the group subscribed during the run (events.go); only what
+	// committed after it is owed to it.
+	since time.Time
+	// scripted: seek and replay hand the group's messages out again, with
+	// attempt 1: its redeliveries are not classified.
+	scripted bool
 }
 
 func (g groupSpec) label() string {
@@ -37,13 +46,22 @@ func (g groupSpec) label() string {
 // of them a relay that publishes in its read transaction), an
 // offset-mode pubsub topic with three groups of two members, a
 // reference-mode pubsub topic with two groups; SQL workers and both kinds of
-// client-package workers.
+// client-package workers. Then the newer kinds (producer_kinds.go): a
+// key-partitioned pubsub topic (P = 8) with an automatic group (k1) and an
+// explicit one (k2, read(partition => k)); a sequence-ordered pubsub topic
+// with two groups; a queue of delayed, prioritized and deduplicated
+// messages.
 func soakTopics(cfg Config) []topicSpec {
 	first := kindRelay
 	if cfg.NoRelay {
 		first = kindSQL
 	}
 	common := `max_attempts => 1000, partition_interval => '1 minute', retention => '1 minute'`
+	// The newer kinds' table partitions (a new one every minute, the
+	// shortest interval) are dropped as soon as every group passed them
+	// (retention 0), while messages wait behind sequence gaps, in delays and
+	// in key partitions' pages.
+	short := `max_attempts => 1000, partition_interval => '1 minute', retention => '0'`
 	return []topicSpec{
 		{name: "chaos.queue", create: common, isQueue: true, complete: "queue",
 			groups: []groupSpec{{workers: []string{first, kindSQL, kindClient}}}},
@@ -58,6 +76,18 @@ func soakTopics(cfg Config) []topicSpec {
 				{name: "r1", workers: []string{kindSQL, kindClientTx}},
 				{name: "r2", workers: []string{kindSQL}},
 			}},
+		{name: "chaos.kpart", create: `semantics => 'pubsub', partitions => 8, ` + short, complete: "offset",
+			kind: "kpart", groups: []groupSpec{
+				{name: "k1", workers: []string{kindTimed, kindTimed, kindClient}},
+				{name: "k2", workers: []string{kindExplicit, kindExplicit}},
+			}},
+		{name: "chaos.seq", create: `semantics => 'pubsub', sequence_ordering => true, ` + short, complete: "offset",
+			kind: "seq", groups: []groupSpec{
+				{name: "s1", workers: []string{kindTimed, kindTimed}},
+				{name: "s2", workers: []string{kindTimed}},
+			}},
+		{name: "chaos.misc", create: short, isQueue: true, complete: "queue", kind: "misc",
+			groups: []groupSpec{{workers: []string{kindTimed, kindClient}}}},
 	}
 }
 
@@ -73,6 +103,10 @@ type fleet struct {
 	workers []*proc
 	scheds  []*proc
 	prod    *producers
+	kprod   *kindProducers // nil without topics of the newer kinds
+	// rejoin: members of the automatic key-partition group; every second
+	// worker kill is one of them (its partitions move, then move back).
+	rejoin []*proc
 }
 
 func (f *fleet) setup(ctx context.Context) error {
@@ -101,20 +135,31 @@ func (f *fleet) setup(ctx context.Context) error {
 func (f *fleet) startWorkers() error {
 	for _, t := range f.topics {
 		for _, g := range t.groups {
-			for i, kind := range g.workers {
-				name := fmt.Sprintf("%s-%s-%d", strings.TrimPrefix(t.name, "chaos."), g.label(), i+1)
-				late := 0
-				if kind == kindSQL {
-					late = f.cfg.LateAcks
-				}
-				spec, _ := json.Marshal(workerSpec{Name: name, Kind: kind, URL: f.url, Topic: t.name, Group: g.name,
-					Page: f.cfg.PageSize, Lease: f.cfg.Lease, LateAcks: late, RunDir: f.cfg.RunDir})
-				p := &proc{name: name, exe: f.cfg.Exe, env: []string{WorkerEnv + "=" + string(spec)}}
-				if err := f.sup.add(p); err != nil {
-					return err
-				}
-				f.workers = append(f.workers, p)
+			if err := f.startGroup(t, g); err != nil {
+				return err
 			}
+		}
+	}
+	return nil
+}
+
+// startGroup starts the workers of one group.
+func (f *fleet) startGroup(t topicSpec, g groupSpec) error {
+	for i, kind := range g.workers {
+		name := fmt.Sprintf("%s-%s-%d", strings.TrimPrefix(t.name, "chaos."), g.label(), i+1)
+		late := 0
+		if kind == kindSQL || kind == kindTimed || kind == kindExplicit {
+			late = f.cfg.LateAcks
+		}
+		spec, _ := json.Marshal(workerSpec{Name: name, Kind: kind, URL: f.url, Topic: t.name, Group: g.name,
+			Page: f.cfg.PageSize, Lease: f.cfg.Lease, LateAcks: late, RunDir: f.cfg.RunDir})
+		p := &proc{name: name, exe: f.cfg.Exe, env: []string{WorkerEnv + "=" + string(spec)}}
+		if err := f.sup.add(p); err != nil {
+			return err
+		}
+		f.workers = append(f.workers, p)
+		if t.kind == "kpart" && kind != kindExplicit {
+			f.rejoin = append(f.rejoin, p)
 		}
 	}
 	return nil
@@ -136,13 +181,42 @@ func (f *fleet) startSchedulers(n int) error {
 }
 
 func (f *fleet) startProducers(ctx context.Context) error {
-	names := make([]string, len(f.topics))
-	for i, t := range f.topics {
-		names[i] = t.name
+	var names []string
+	kp := &kindProducers{url: f.url, rate: max(f.cfg.Rate/6, 1), rollback: f.cfg.RollbackPercent,
+		runDir: f.cfg.RunDir, log: f.cfg.Logger}
+	for _, t := range f.topics {
+		switch t.kind {
+		case "":
+			names = append(names, t.name)
+		case "kpart":
+			kp.kpart, f.kprod = t.name, kp
+		case "seq":
+			kp.seq, f.kprod = t.name, kp
+		case "misc":
+			kp.misc, f.kprod = t.name, kp
+		}
 	}
 	f.prod = &producers{url: f.url, topics: names, rate: f.cfg.Rate, n: f.cfg.Producers,
 		rollback: f.cfg.RollbackPercent, runDir: f.cfg.RunDir, log: f.cfg.Logger}
-	return f.prod.start(ctx)
+	if err := f.prod.start(ctx); err != nil {
+		return err
+	}
+	if f.kprod != nil {
+		if err := f.kprod.start(ctx); err != nil {
+			f.prod.stop()
+			return err
+		}
+	}
+	return nil
+}
+
+// stopProducers stops every producer (the sequence producer fills its gaps
+// first).
+func (f *fleet) stopProducers() {
+	f.prod.stop()
+	if f.kprod != nil {
+		f.kprod.stop()
+	}
 }
 
 // faultCounts are the faults actually injected.
@@ -168,7 +242,12 @@ func (f *fleet) terminate(ctx context.Context, n int) (int, error) {
 // killWorker arms a random worker to SIGKILL itself mid-page (SIGUSR1) and
 // SIGKILLs it from outside if it did not within 3 s (an idle worker).
 func (f *fleet) killWorker(fc *faultCounts) {
-	p := f.workers[rand.IntN(len(f.workers))]
+	f.killWorkerIn(f.workers, fc)
+}
+
+// killWorkerIn is killWorker among ps.
+func (f *fleet) killWorkerIn(ps []*proc, fc *faultCounts) {
+	p := ps[rand.IntN(len(ps))]
 	if p.pid() == 0 {
 		return
 	}

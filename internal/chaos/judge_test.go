@@ -1,6 +1,10 @@
 package chaos
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,4 +66,206 @@ func TestJudgeClassifies(t *testing.T) {
 	v.AsyncFailover = true // lost commits and phantoms are the loss window, not bugs
 	lost, bad, rolled = v.totals()
 	require.Equal(t, [3]int{1, 4, 1}, [3]int{lost, bad, rolled})
+}
+
+// The checks of the newer kinds must find each kind of violation, one of
+// each in one synthetic run, and let retried publishes (a sequence or a
+// dedupe key published again after an unknown outcome) through as one
+// message: per-key order (key partitions) and per-aggregate order
+// (sequences) of first deliveries, a sequence delivered before its
+// predecessor's ack was sent, a delayed message delivered before it was due,
+// a dedupe key or sequence that became two messages, and a higher priority
+// after a lower one (in one page, or in one consumer's later page) although
+// it committed before the lower one began.
+func TestJudgeKinds(t *testing.T) {
+	t.Parallel()
+	txns := map[string]*txnRec{}
+	meta := map[string]msgMeta{}
+	ledger := map[string]bool{}
+	// txn publishes one message per meta entry, keys txn.0, txn.1, ...
+	txn := func(name string, outcome byte, inLedger bool, ms ...msgMeta) {
+		txns[name] = &txnRec{topic: "t", n: len(ms), outcome: outcome}
+		ledger[name] = inLedger
+		for j, m := range ms {
+			meta[fmt.Sprintf("%s.%d", name, j)] = m
+		}
+	}
+	kp := func(key string, n int64) msgMeta { return msgMeta{order: key, n: n} }
+	sq := func(agg string, n int64) msgMeta {
+		return msgMeta{ident: fmt.Sprintf("seq:%s/%d", agg, n), order: agg, n: n}
+	}
+	dd := func(key string) msgMeta { return msgMeta{ident: "dd:" + key} }
+	// Key partitions: key K's third message comes before its second; key
+	// L's two come in one page (one time, line order).
+	txn("k1", 'C', true, kp("K", 1), kp("K", 2))
+	txn("k2", 'C', true, kp("K", 3))
+	txn("k3", 'C', true, kp("L", 1), kp("L", 2))
+	txn("k4", 'R', false, kp("K", 4)) // rolled back: not part of the order
+	// Sequences: A/1 published again after a rollback of unknown outcome,
+	// A/3 after a commit of unknown outcome (the retry inserts nothing); A/2
+	// handed out before the ack of A/1 was sent; A/4 became two messages;
+	// B/2 came before B/1.
+	txn("s1", 'C', true, sq("A", 2))
+	txn("s2", 'U', false, sq("A", 1))
+	txn("s3", 'C', true, sq("A", 1))
+	txn("s4", 'U', true, sq("A", 3))
+	txn("s5", 'C', true, sq("A", 3))
+	txn("s6", 'C', true, sq("A", 4))
+	txn("s7", 'C', true, sq("A", 4))
+	txn("b1", 'C', true, sq("B", 1), sq("B", 2))
+	// Delays: d1 delivered before due, d2 after.
+	txn("d1", 'C', true, msgMeta{due: 5000})
+	txn("d2", 'C', true, msgMeta{due: 5000})
+	// Dedupe: X retried after an unknown outcome that had committed (one
+	// message), Y became two messages.
+	txn("e1", 'U', true, dd("X"))
+	txn("e2", 'C', true, dd("X"))
+	txn("e3", 'C', true, dd("Y"))
+	txn("e4", 'C', true, dd("Y"))
+	// Priority: pm-1 (9) committed before pm-2 (1) began, yet came after it
+	// in one page; pm-3 (5) after pm-2 is allowed (a later window).
+	txn("pm-1", 'C', true, msgMeta{prio: 9})
+	txn("pm-2", 'C', true, msgMeta{prio: 1})
+	txn("pm-3", 'C', true, msgMeta{prio: 5})
+	// ... and across one consumer's pages: pm-4 (8) after pm-5 (2); pm-6
+	// (7) after pm-7 (3) came to two consumers (no order between them).
+	txn("pm-4", 'C', true, msgMeta{prio: 8})
+	txn("pm-5", 'C', true, msgMeta{prio: 2})
+	txn("pm-6", 'C', true, msgMeta{prio: 7})
+	txn("pm-7", 'C', true, msgMeta{prio: 3})
+
+	var ds []delivery
+	d := func(key string, id, lease, at int64) {
+		ds = append(ds, delivery{group: "g", topic: "t", msgID: id, key: key, attempt: 1, leaseID: lease,
+			consumer: "x", at: at, seq: len(ds)})
+	}
+	d("k1.0", 1, 1, 100)
+	d("k2.0", 3, 2, 200) // before K/2
+	d("k1.1", 2, 3, 300)
+	d("k3.0", 4, 4, 400)
+	d("k3.1", 5, 4, 400)
+	d("s3.0", 10, 20, 1000)
+	d("s1.0", 11, 21, 1500) // lease 20's ack was sent at 1600: early
+	d("s4.0", 12, 22, 2500) // lease 21's ack was sent at 2000: in turn
+	d("s6.0", 13, 23, 3000)
+	d("s7.0", 14, 24, 3100) // A/4 again, as another message
+	d("b1.1", 21, 25, 500)  // B/2 before B/1
+	d("b1.0", 20, 26, 600)
+	d("d1.0", 30, 27, 4000) // due at 5000
+	d("d2.0", 31, 28, 6000)
+	d("e1.0", 40, 29, 100)
+	d("e3.0", 41, 30, 100)
+	d("e4.0", 42, 31, 200) // Y again, as another message
+	d("pm-2.0", 51, 32, 700)
+	d("pm-1.0", 50, 32, 700) // one page: 9 after 1
+	d("pm-3.0", 52, 32, 700)
+	d("pm-5.0", 54, 33, 800)
+	d("pm-4.0", 53, 34, 900) // the consumer's next page: 8 after 2
+	ds = append(ds, delivery{group: "g", topic: "t", msgID: 56, key: "pm-7.0", attempt: 1, leaseID: 35,
+		consumer: "y", at: 800, seq: len(ds)})
+	d("pm-6.0", 55, 36, 900)
+	rs := &records{txns: txns, meta: meta, deliveries: ds, acks: map[int64]string{},
+		ackSent: map[int64]int64{20: 1600, 21: 2000, 22: 2600}}
+	leases := map[int64]*leaseRow{}
+	for _, x := range ds {
+		leases[x.leaseID] = &leaseRow{id: x.leaseID, group: "t/g", msgs: append(leases[x.leaseID].msgsOrNil(), x.msgID),
+			attempts: append(leases[x.leaseID].attemptsOrNil(), 1)}
+	}
+	for _, l := range leases {
+		l.settled = l.msgs
+	}
+	topics := []topicSpec{{name: "t", groups: []groupSpec{{name: "g"}}}}
+	v := judge(rs, ledger, leases, topics)
+	require.Len(t, v.Groups, 1)
+	g := v.Groups[0]
+	// Committed: K/1..3, L/1..2, A/1..4, B/1..2, d1, d2, X, Y, pm-1..7.
+	require.Equal(t, [3]int{22, 22, 0}, [3]int{g.Committed, g.Delivered, g.Missing})
+	require.Equal(t, [3]int{4, 2, 2}, [3]int{g.OutOfOrder, g.Early, g.DupIdent}, "%+v", *g)
+	o, e := v.ordering()
+	require.Equal(t, [2]int{4, 2}, [2]int{o, e})
+	lost, bad, rolled := v.totals()
+	require.Equal(t, [3]int{0, 2, 0}, [3]int{lost, bad, rolled})
+	var sum Summary
+	sum.add(v)
+	require.Equal(t, "chaos: 0 lost, 2 bad duplicates, 0 rolled-back delivered, 4 out of order, 2 early", sum.Line())
+}
+
+func (l *leaseRow) msgsOrNil() []int64 {
+	if l == nil {
+		return nil
+	}
+	return l.msgs
+}
+
+func (l *leaseRow) attemptsOrNil() []int32 {
+	if l == nil {
+		return nil
+	}
+	return l.attempts
+}
+
+// A group that subscribed during the run is owed only what committed after
+// it did, and a scripted group's redeliveries (seek, replay: attempt 1
+// again) are not classified as bugs; anything else still is.
+func TestJudgeLateGroup(t *testing.T) {
+	t.Parallel()
+	since := time.Unix(0, 1000)
+	rs := &records{txns: map[string]*txnRec{
+		"a": {topic: "t", n: 1, outcome: 'C', at: 500},  // before the group: not owed, not delivered
+		"b": {topic: "t", n: 1, outcome: 'C', at: 1500}, // owed, delivered twice (a seek back)
+		"c": {topic: "t", n: 1, outcome: 'C', at: 2000}, // owed, never delivered: missing
+		"d": {topic: "t", n: 1, outcome: 'U'},           // committed (ledger), no time: not owed
+		"e": {topic: "t", n: 1, outcome: 'R'},           // rolled back, delivered: still a bug
+	}, acks: map[int64]string{}, meta: map[string]msgMeta{}}
+	ledger := map[string]bool{"a": true, "b": true, "c": true, "d": true}
+	d := func(id int64, key string, lease int64) delivery {
+		return delivery{group: "late", topic: "t", msgID: id, key: key, attempt: 1, leaseID: lease, consumer: "x"}
+	}
+	rs.deliveries = []delivery{d(2, "b.0", 10), d(2, "b.0", 11), d(5, "e.0", 12)}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	lease := func(id int64, at time.Duration, msg int64) *leaseRow {
+		return &leaseRow{id: id, group: "t/late", created: t0.Add(at), expires: t0.Add(at + 3*time.Second),
+			msgs: []int64{msg}, attempts: []int32{1}, settled: []int64{msg}}
+	}
+	leases := map[int64]*leaseRow{10: lease(10, 0, 2), 11: lease(11, time.Second, 2), 12: lease(12, 0, 5)}
+	topics := []topicSpec{{name: "t", groups: []groupSpec{{name: "late", since: since, scripted: true}}}}
+	v := judge(rs, ledger, leases, topics)
+	require.Equal(t, groupResult{Topic: "t", Group: "late", Committed: 2, Delivered: 1, Missing: 1, RolledBack: 1},
+		*v.Groups[0])
+
+	// Not scripted: the second lease of message 2 came while the first was
+	// live, after it settled the message.
+	topics[0].groups[0].scripted = false
+	v = judge(rs, ledger, leases, topics)
+	require.Equal(t, 1, v.Groups[0].Redelivered)
+	require.Equal(t, 1, v.Groups[0].AfterAck)
+}
+
+// The record reader takes the kinds' lines (M, T, D with its time) and the
+// D lines without a time of older record files, and counts a torn line.
+func TestReadRecordsKinds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	lines := []string{
+		line("B", "pkseq1-1", "chaos.seq", 2),
+		line("M", "pkseq1-1", 0, "seq:agg-1/2", "agg-1", 2, 0, -1),
+		line("M", "pkseq1-1", 1, "-", "-", 0, 1700, 3),
+		line("C", "pkseq1-1", 99),
+		line("D", "s1", "chaos.seq", 7, "pkseq1-1.0", 1, 42, "w-1", 1234),
+		line("D", "s1", "chaos.seq", 8, "pkseq1-1.1", 1, 42, "w-1"),
+		line("T", 42, 1300),
+		line("T", 42, 1250), // the earliest T of a lease counts
+		line("A", 42, "ok"),
+		"M\tpkseq1-1\t2\ttorn",
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "x.rec"), []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	rs, err := readRecords(dir)
+	require.NoError(t, err)
+	require.Equal(t, msgMeta{ident: "seq:agg-1/2", order: "agg-1", n: 2, prio: -1}, rs.meta["pkseq1-1.0"])
+	require.Equal(t, msgMeta{due: 1700, prio: 3}, rs.meta["pkseq1-1.1"])
+	require.Len(t, rs.deliveries, 2)
+	require.Equal(t, [2]int64{1234, 0}, [2]int64{rs.deliveries[0].at, rs.deliveries[1].at})
+	require.Equal(t, [2]int{0, 1}, [2]int{rs.deliveries[0].seq, rs.deliveries[1].seq})
+	require.Equal(t, int64(1250), rs.ackSent[42])
+	require.Equal(t, 1, rs.torn)
 }

@@ -22,10 +22,20 @@ import (
 //	R txn           deliberately rolled back
 //	U txn error     the outcome is unknown (the commit or an earlier statement failed);
 //	                the verifier asks the ledger table chaos.txn
+//	M txn j ident order n due prio   message j of txn (the kinds' producers, producer_kinds.go):
+//	                ident is what makes it one message ("-": the key txn.j; a
+//	                sequence "seq:<aggregate>/<n>" or a dedupe key "dd:<key>", which a
+//	                retry publishes again under another txn); order/n its per-key
+//	                (key partitions) or per-aggregate (sequences) position ("-" 0:
+//	                none); due the unix nanos it is delivered at the earliest (0: now);
+//	                prio its priority (-1: not judged, a delayed message)
 //
 // Consumer lines:
 //
-//	D group topic message_id key attempt lease_id consumer   delivered (before the ack)
+//	D group topic message_id key attempt lease_id consumer [nanos]   delivered (before the ack;
+//	                                                          nanos: when it was recorded)
+//	T lease_id nanos                                          about to send fanout.ack(lease_id)
+//	                                                          (worker_kinds.go)
 //	A lease_id ok|<sqlstate or error>[ late]                  fanout.ack(lease_id) returned (SQL workers;
 //	                                                          late: sent after the lease expired)
 //	K worker                                                  about to SIGKILL itself mid-page
@@ -73,6 +83,17 @@ type delivery struct {
 	attempt      int
 	leaseID      int64
 	consumer     string
+	at           int64 // unix nanos when recorded (0: not recorded)
+	seq          int   // position among all deliveries read (file, then line order)
+}
+
+// msgMeta is what an M line says about one message.
+type msgMeta struct {
+	ident string // "" for the key itself
+	order string // key or aggregate ("" for none)
+	n     int64  // position in order
+	due   int64  // unix nanos (0: no delay)
+	prio  int    // priority (-1: not judged)
 }
 
 // txnRec is what the producer files say about one transaction.
@@ -87,6 +108,8 @@ type records struct {
 	txns       map[string]*txnRec
 	deliveries []delivery
 	acks       map[int64]string // lease → "ok" or the error (SQL workers)
+	ackSent    map[int64]int64  // lease → unix nanos before the ack was sent (T lines)
+	meta       map[string]msgMeta
 	torn       int
 	selfKills  int // workers that SIGKILLed themselves mid-page
 	lateAcks   int // acks sent after the lease expired ...
@@ -94,7 +117,8 @@ type records struct {
 }
 
 func readRecords(dir string) (*records, error) {
-	rs := &records{txns: map[string]*txnRec{}, acks: map[int64]string{}}
+	rs := &records{txns: map[string]*txnRec{}, acks: map[int64]string{}, ackSent: map[int64]int64{},
+		meta: map[string]msgMeta{}}
 	files, err := filepath.Glob(filepath.Join(dir, "*.rec"))
 	if err != nil {
 		return nil, err
@@ -135,16 +159,47 @@ func (rs *records) readFile(name string) error {
 			} else {
 				bad()
 			}
-		case fs[0] == "D" && len(fs) == 8:
+		case fs[0] == "D" && (len(fs) == 8 || len(fs) == 9):
 			id, e1 := strconv.ParseInt(fs[3], 10, 64)
 			att, e2 := strconv.Atoi(fs[5])
 			lease, e3 := strconv.ParseInt(fs[6], 10, 64)
-			if e1 != nil || e2 != nil || e3 != nil {
+			var at int64
+			var e4 error
+			if len(fs) == 9 {
+				at, e4 = strconv.ParseInt(fs[8], 10, 64)
+			}
+			if e1 != nil || e2 != nil || e3 != nil || e4 != nil {
 				bad()
 				continue
 			}
 			rs.deliveries = append(rs.deliveries, delivery{group: fs[1], topic: fs[2], msgID: id, key: fs[4],
-				attempt: att, leaseID: lease, consumer: fs[7]})
+				attempt: att, leaseID: lease, consumer: fs[7], at: at, seq: len(rs.deliveries)})
+		case fs[0] == "M" && len(fs) == 8:
+			n, e1 := strconv.ParseInt(fs[5], 10, 64)
+			due, e2 := strconv.ParseInt(fs[6], 10, 64)
+			prio, e3 := strconv.Atoi(fs[7])
+			if e1 != nil || e2 != nil || e3 != nil {
+				bad()
+				continue
+			}
+			m := msgMeta{ident: fs[3], order: fs[4], n: n, due: due, prio: prio}
+			if m.ident == "-" {
+				m.ident = ""
+			}
+			if m.order == "-" {
+				m.order = ""
+			}
+			rs.meta[fs[1]+"."+fs[2]] = m
+		case fs[0] == "T" && len(fs) == 3:
+			lease, e1 := strconv.ParseInt(fs[1], 10, 64)
+			at, e2 := strconv.ParseInt(fs[2], 10, 64)
+			if e1 != nil || e2 != nil {
+				bad()
+				continue
+			}
+			if old, ok := rs.ackSent[lease]; !ok || at < old {
+				rs.ackSent[lease] = at
+			}
 		case fs[0] == "A" && len(fs) == 3:
 			lease, err := strconv.ParseInt(fs[1], 10, 64)
 			if err != nil {

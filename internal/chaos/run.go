@@ -7,11 +7,14 @@ import (
 	"time"
 )
 
-// Summary is the outcome of Run: the three numbers of the last line, plus
+// Summary is the outcome of Run: the five numbers of the last line, plus
 // anything else that failed.
 type Summary struct {
 	Lost, BadDuplicates, RolledBackDelivered int
-	// Problems are failures outside the three counts (a scenario that could
+	// OutOfOrder and Early: deliveries against a key's or an aggregate's
+	// order, and before their deliver_at or their predecessor's ack.
+	OutOfOrder, Early int
+	// Problems are failures outside the five counts (a scenario that could
 	// not run, a consistency check with rows, an accounting that does not add
 	// up); any makes the run fail.
 	Problems []string
@@ -19,13 +22,14 @@ type Summary struct {
 
 // OK reports whether the run found nothing wrong.
 func (s Summary) OK() bool {
-	return s.Lost == 0 && s.BadDuplicates == 0 && s.RolledBackDelivered == 0 && len(s.Problems) == 0
+	return s.Lost == 0 && s.BadDuplicates == 0 && s.RolledBackDelivered == 0 && s.OutOfOrder == 0 && s.Early == 0 &&
+		len(s.Problems) == 0
 }
 
 // Line is the run's last line.
 func (s Summary) Line() string {
-	return fmt.Sprintf("chaos: %d lost, %d bad duplicates, %d rolled-back delivered", s.Lost, s.BadDuplicates,
-		s.RolledBackDelivered)
+	return fmt.Sprintf("chaos: %d lost, %d bad duplicates, %d rolled-back delivered, %d out of order, %d early", s.Lost,
+		s.BadDuplicates, s.RolledBackDelivered, s.OutOfOrder, s.Early)
 }
 
 func (s *Summary) add(v *verdict) {
@@ -36,6 +40,9 @@ func (s *Summary) add(v *verdict) {
 	s.Lost += l
 	s.BadDuplicates += b
 	s.RolledBackDelivered += r
+	o, e := v.ordering()
+	s.OutOfOrder += o
+	s.Early += e
 	if len(v.Consistency) > 0 {
 		s.Problems = append(s.Problems, fmt.Sprintf("fanout.check_consistency() returned %d rows", len(v.Consistency)))
 	}

@@ -2,16 +2,18 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 )
 
 // fault is one scheduled fault of the soak.
 type fault struct {
 	at   time.Duration
-	kind string // restart, terminate, kill, leader
+	kind string // restart, terminate, kill, leader, event:<kind> (events.go)
 }
 
 // schedule spreads the configured faults over the soak: restarts evenly,
@@ -29,6 +31,11 @@ func schedule(cfg Config) []fault {
 	spread("terminate", cfg.Terminates, 0.25)
 	spread("kill", cfg.Kills, 0.1)
 	spread("leader", cfg.LeaderKills, 0.7)
+	if !cfg.NoEvents {
+		for _, e := range soakEvents {
+			fs = append(fs, fault{at: time.Duration(e.at * float64(cfg.Duration)), kind: "event:" + e.kind})
+		}
+	}
 	slices.SortStableFunc(fs, func(a, b fault) int { return int(a.at - b.at) })
 	return fs
 }
@@ -64,11 +71,13 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 	log.Info("soak running", "duration", cfg.Duration, "rate_txn_s", cfg.Rate, "workers", len(f.workers),
 		"records", cfg.RunDir)
 	var fc faultCounts
+	var el eventLog
+	kills := 0
 	start := time.Now()
 	for _, ft := range schedule(cfg) {
 		select {
 		case <-ctx.Done():
-			f.prod.stop()
+			f.stopProducers()
 			return nil, ctx.Err()
 		case <-time.After(time.Until(start.Add(ft.at))):
 		}
@@ -90,13 +99,21 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 			fc.Terminated += n
 			log.Info("fault: pg_terminate_backend", "backends", n)
 		case "kill":
-			f.killWorker(&fc)
+			if kills++; kills%2 == 0 && len(f.rejoin) > 0 {
+				f.killWorkerIn(f.rejoin, &fc)
+			} else {
+				f.killWorker(&fc)
+			}
 		case "leader":
 			err = f.killLeader(ctx, &fc)
+		default:
+			if e, ok := strings.CutPrefix(ft.kind, "event:"); ok {
+				f.event(ctx, e, &el)
+			}
 		}
 		if err != nil {
 			if ft.kind == "restart" {
-				f.prod.stop()
+				f.stopProducers()
 				return nil, fmt.Errorf("soak: restart: %w", err)
 			}
 			log.Warn("fault not injected", "fault", ft.kind, "error", err)
@@ -104,13 +121,16 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 	}
 	select {
 	case <-ctx.Done():
-		f.prod.stop()
+		f.stopProducers()
 		return nil, ctx.Err()
 	case <-time.After(time.Until(start.Add(cfg.Duration))):
 	}
-	f.prod.stop()
+	f.stopProducers()
 	log.Info("producers stopped; draining", "committed_txns", f.prod.committed.Load(),
-		"rolled_back", f.prod.rolledBack.Load(), "unknown", f.prod.unknown.Load(), "messages", f.prod.messages.Load())
+		"rolled_back", f.prod.rolledBack.Load(), "unknown", f.prod.unknown.Load(), "messages", f.prod.messages.Load(),
+		"kinds_committed_txns", f.kprod.committed.Load(), "kinds_rolled_back", f.kprod.rolledBack.Load(),
+		"kinds_unknown", f.kprod.unknown.Load(), "kinds_messages", f.kprod.messages.Load(),
+		"sequence_gaps_filled", f.kprod.filled())
 	took, derr := f.drain(ctx)
 	if derr != nil {
 		log.Error("drain incomplete (verifying anyway)", "error", derr)
@@ -130,9 +150,18 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 		"(+%d while idle), %d scheduler leaders SIGKILLed, late acks up to %d per SQL consumer; "+
 		"unplanned child exits %d\n", fc.Restarts, fc.Terminated, fc.KilledMidPage, fc.KilledOther, fc.LeaderKills,
 		cfg.LateAcks, sup.failures())
+	if len(el.done)+len(el.failed) > 0 {
+		fmt.Fprintln(out, el.String())
+	}
 	v.print(out)
 	if derr != nil {
 		fmt.Fprintf(out, "drain: %v\n", derr)
+	}
+	if len(el.failed) > 0 {
+		return v, fmt.Errorf("soak: scripted events failed: %s", strings.Join(el.failed, "; "))
+	}
+	if f.kprod != nil && !f.kprod.filled() {
+		return v, errors.New("soak: the sequence producer could not fill its gaps at the end")
 	}
 	if fc.Restarts < cfg.Restarts || fc.KilledMidPage+fc.KilledOther < min(cfg.Kills, 1) {
 		return v, fmt.Errorf("soak: faults not injected as planned: %+v", fc)

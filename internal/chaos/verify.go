@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -31,10 +32,20 @@ type groupResult struct {
 	// not have (a lost commit: a bug, except after an asynchronous-replication
 	// failover, where it is the measured loss window); not in Missing.
 	LostCommit int
+	// DupIdent: bug: a dedupe key or an aggregate's sequence that the group
+	// got as more than one message (each retry must return the first).
+	DupIdent int
+	// OutOfOrder: bug: a key's (key partitions) or an aggregate's
+	// (sequences) message first delivered before an earlier one of it was
+	// (in the order of the workers' records).
+	OutOfOrder int
+	// Early: bug: delivered before its deliver_at, or a sequence delivered
+	// before the ack of its predecessor was even sent.
+	Early int
 }
 
 func (g groupResult) bad(async bool) int {
-	n := g.AfterAck + g.LiveLeases + g.BadAttempt + g.AckNotSettled
+	n := g.AfterAck + g.LiveLeases + g.BadAttempt + g.AckNotSettled + g.DupIdent
 	if !async {
 		n += g.Phantom
 	}
@@ -58,6 +69,25 @@ type verdict struct {
 	TornLines            int
 	SelfKills            int
 	LateAcks, LateAcksOK int
+	// Kinds: how much the checks of the newer kinds had to judge (all groups).
+	Kinds struct {
+		OrderPairs   int // consecutive messages of a key or aggregate whose order was checked
+		AckChecks    int // sequences checked against the sending of their predecessor's ack
+		Delayed      int // deliveries of delayed messages checked against their due time
+		Idents       int // dedupe keys and sequences checked for being one message
+		Retried      int // ... of which more than one transaction published
+		PrioChecks   int // first deliveries checked for priority order
+		DroppedParts string
+	}
+}
+
+// ordering counts the out-of-order and early deliveries of every group.
+func (v *verdict) ordering() (outOfOrder, early int) {
+	for _, g := range v.Groups {
+		outOfOrder += g.OutOfOrder
+		early += g.Early
+	}
+	return outOfOrder, early
 }
 
 func (v *verdict) totals() (lost, bad, rolled int) {
@@ -156,6 +186,14 @@ func verify(ctx context.Context, dbURL, runDir string, topics []topicSpec) (*ver
 	}
 	tw.Flush()
 	v.GroupsView = b.String()
+	// Key partitions rotate and drop (ids of partition n start at n << 32,
+	// from 0): what is missing below the highest was dropped.
+	if err := conn.QueryRow(ctx, `SELECT coalesce(string_agg(format('%s %s', topic, dropped), ', '), '-') FROM (
+			SELECT t.topic, max(p.part_no) + 1 - count(*) AS dropped
+			FROM fanout.partition p JOIN fanout.topic t USING (topic_id) GROUP BY t.topic ORDER BY t.topic) x`).
+		Scan(&v.Kinds.DroppedParts); err != nil {
+		return nil, fmt.Errorf("verify: partitions: %w", err)
+	}
 	return v, nil
 }
 
@@ -189,8 +227,18 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 			history[gm{l.group, m}] = append(history[gm{l.group, m}], l)
 		}
 	}
-	committedKeys := map[string]map[string]bool{} // topic → keys
+	// A message is its key (txn.j) unless an M line gives it an identity
+	// that retries share (a dedupe key, an aggregate's sequence).
+	ident := func(key string) string {
+		if m, ok := rs.meta[key]; ok && m.ident != "" {
+			return m.ident
+		}
+		return key
+	}
+	committedKeys := map[string]map[string]bool{} // topic → identities
 	lostCommit := map[string]bool{}
+	onServer := map[string]bool{}     // identities some transaction in the ledger committed
+	committedAt := map[string]int64{} // identity → when a COMMIT of it returned OK (the latest)
 	rolledKeys := map[string]bool{}
 	for txn, t := range rs.txns {
 		committed := false
@@ -202,7 +250,7 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 				v.Txns.CommitLost++ // COMMIT returned OK, the server does not have it
 				v.CommitLostMsgs += t.n
 				for j := range t.n {
-					lostCommit[fmt.Sprintf("%s.%d", txn, j)] = true
+					lostCommit[ident(fmt.Sprintf("%s.%d", txn, j))] = true
 				}
 				if v.FirstLostCommit == 0 || t.at < v.FirstLostCommit {
 					v.FirstLostCommit = t.at
@@ -223,7 +271,13 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 				if committedKeys[t.topic] == nil {
 					committedKeys[t.topic] = map[string]bool{}
 				}
-				committedKeys[t.topic][k] = true
+				committedKeys[t.topic][ident(k)] = true
+				if t.outcome == 'C' {
+					committedAt[ident(k)] = max(committedAt[ident(k)], t.at)
+				}
+				if ledger[txn] {
+					onServer[ident(k)] = true
+				}
 			} else {
 				rolledKeys[k] = true
 			}
@@ -231,11 +285,23 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 	}
 
 	byGroup := map[string]*groupResult{}
+	specs := map[string]groupSpec{}
+	// owed: whether the group must get identity k (a group that subscribed
+	// during the run: what committed after it did).
+	owed := func(g groupSpec, k string) bool {
+		return g.since.IsZero() || committedAt[k] >= g.since.UnixNano()
+	}
 	for _, t := range topics {
 		for _, g := range t.groups {
-			r := &groupResult{Topic: t.name, Group: g.label(), Committed: len(committedKeys[t.name])}
+			r := &groupResult{Topic: t.name, Group: g.label()}
+			for k := range committedKeys[t.name] {
+				if owed(g, k) {
+					r.Committed++
+				}
+			}
 			v.Groups = append(v.Groups, r)
 			byGroup[t.name+"/"+g.label()] = r
+			specs[t.name+"/"+g.label()] = g
 		}
 	}
 	seen := map[string]map[string]bool{}
@@ -252,6 +318,7 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 			r.RolledBack++
 		}
 		seen[gk][d.key] = true
+		seen[gk][ident(d.key)] = true
 		lr := leases[d.leaseID]
 		if lr == nil || lr.group != gk {
 			r.Phantom++
@@ -266,9 +333,10 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 		topic := r.Topic
 		for k := range committedKeys[topic] {
 			switch {
+			case !owed(specs[gk], k):
 			case seen[gk][k]:
 				r.Delivered++
-			case lostCommit[k]:
+			case lostCommit[k] && !onServer[k]:
 				r.LostCommit++
 			default:
 				r.Missing++
@@ -277,7 +345,7 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 	}
 	for key, hist := range history {
 		r := byGroup[key.group]
-		if r == nil {
+		if r == nil || specs[key.group].scripted {
 			continue
 		}
 		if hist[0].attempts[slices.Index(hist[0].msgs, key.msg)] != 1 {
@@ -318,18 +386,181 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 		}
 	}
 
+	judgeKinds(v, rs, leases, byGroup, committedKeys, ident)
 	return v
+}
+
+// judgeKinds checks what the newer kinds promise, per group (byGroup by
+// "topic/group"): one message per dedupe key and per aggregate sequence;
+// per-key and per-aggregate order of first deliveries (by the time the
+// workers recorded them: a correct server hands a key's next page out only
+// after the previous one was settled, which is after it was recorded); no
+// delivery before its deliver_at; no sequence before the ack of its
+// predecessor was sent (T lines; only where the lease that settled the
+// predecessor was acked by a worker that writes them).
+func judgeKinds(v *verdict, rs *records, leases map[int64]*leaseRow, byGroup map[string]*groupResult,
+	committed map[string]map[string]bool, ident func(string) string) {
+	published := map[string]int{} // identity → transactions that published it
+	for _, m := range rs.meta {
+		if m.ident != "" {
+			published[m.ident]++
+		}
+	}
+	for _, n := range published {
+		v.Kinds.Idents++
+		if n > 1 {
+			v.Kinds.Retried++
+		}
+	}
+	type gi struct{ group, ident string }
+	first := map[gi]delivery{}
+	ids := map[gi]map[int64]bool{}
+	for _, d := range rs.deliveries {
+		gk := d.topic + "/" + d.group
+		if byGroup[gk] == nil {
+			continue
+		}
+		m, ok := rs.meta[d.key]
+		if !ok {
+			continue
+		}
+		x := gi{gk, ident(d.key)}
+		if ids[x] == nil {
+			ids[x] = map[int64]bool{}
+		}
+		ids[x][d.msgID] = true
+		if f, ok := first[x]; !ok || before(d, f) {
+			first[x] = d
+		}
+		if m.due != 0 && d.at != 0 {
+			v.Kinds.Delayed++
+			if d.at < m.due {
+				byGroup[gk].Early++
+			}
+		}
+	}
+	for x, s := range ids {
+		if len(s) > 1 && x.ident != "" && rs.meta[first[x].key].ident != "" {
+			byGroup[x.group].DupIdent++
+		}
+	}
+	// Priority: one consumer's first deliveries (attempt 1) of undelayed
+	// messages, in the order it recorded them (its reads are one after the
+	// other), must not bring a message after one of lower priority whose
+	// transaction began after its own had committed (one producer, one
+	// transaction at a time): it was then in that one's snapshot window or
+	// an earlier one, so it came first (fanout.read: by priority inside a
+	// window, windows in order). Per consumer and producer, the highest
+	// transaction number seen so far at each priority.
+	type cp struct{ group, consumer, producer string }
+	highest := map[cp]*[10]int{}
+	for _, d := range rs.deliveries { // (in record order within a file)
+		m, ok := rs.meta[d.key]
+		if !ok || m.prio < 0 || m.prio > 9 || m.due != 0 || d.attempt != 1 {
+			continue
+		}
+		prod, n := txnOf(d.key)
+		x := cp{d.topic + "/" + d.group, d.consumer, prod}
+		h := highest[x]
+		if h == nil {
+			h = &[10]int{-1, -1, -1, -1, -1, -1, -1, -1, -1, -1}
+			highest[x] = h
+		}
+		v.Kinds.PrioChecks++
+		for q := range m.prio {
+			if h[q] > n {
+				if r := byGroup[x.group]; r != nil {
+					r.OutOfOrder++
+				}
+				break
+			}
+		}
+		h[m.prio] = max(h[m.prio], n)
+	}
+	// Per group and key (or aggregate): the committed messages by number.
+	type gk struct{ group, order string }
+	type item struct {
+		n int64
+		d delivery
+	}
+	chains := map[gk][]item{}
+	for x, d := range first {
+		m := rs.meta[d.key]
+		if m.order == "" || d.at == 0 {
+			continue
+		}
+		topic, _, _ := strings.Cut(x.group, "/")
+		if !committed[topic][x.ident] {
+			continue
+		}
+		chains[gk{x.group, m.order}] = append(chains[gk{x.group, m.order}], item{m.n, d})
+	}
+	// The earliest T line of a lease that settled a message, per group.
+	settledAt := map[gi]int64{}
+	for _, l := range leases {
+		at, ok := rs.ackSent[l.id]
+		if !ok {
+			continue
+		}
+		for _, m := range l.settled {
+			x := gi{l.group, fmt.Sprint(m)}
+			if old, ok := settledAt[x]; !ok || at < old {
+				settledAt[x] = at
+			}
+		}
+	}
+	for c, items := range chains {
+		slices.SortFunc(items, func(a, b item) int { return cmp.Compare(a.n, b.n) })
+		seq := strings.HasPrefix(rs.meta[items[0].d.key].ident, "seq:")
+		for i := 1; i < len(items); i++ {
+			prev, next := items[i-1], items[i]
+			v.Kinds.OrderPairs++
+			if before(next.d, prev.d) {
+				byGroup[c.group].OutOfOrder++
+			}
+			if !seq || next.n != prev.n+1 {
+				continue
+			}
+			if at, ok := settledAt[gi{c.group, fmt.Sprint(prev.d.msgID)}]; ok {
+				v.Kinds.AckChecks++
+				if next.d.at < at {
+					byGroup[c.group].Early++
+				}
+			}
+		}
+	}
+}
+
+// txnOf splits a key (<producer>-<number>.<j>) into its producer and the
+// number of its transaction.
+func txnOf(key string) (string, int) {
+	txn, _, _ := strings.Cut(key, ".")
+	i := strings.LastIndexByte(txn, '-')
+	n, err := strconv.Atoi(txn[i+1:])
+	if i < 0 || err != nil {
+		return key, -1
+	}
+	return txn[:i], n
+}
+
+// before orders deliveries by the time they were recorded, then by their
+// place in the records (one page's lines share a time).
+func before(a, b delivery) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.seq < b.seq
 }
 
 // print writes the per-group table and the server-side checks.
 func (v *verdict) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "topic/group\tcommitted\tdelivered\tmissing\trolled-back-delivered\tredelivered\tallowed\t"+
-		"after-ack\ttwo-live-leases\tbad-attempt\tack-not-settled\tphantom\tlost-commit\t")
+		"after-ack\ttwo-live-leases\tbad-attempt\tack-not-settled\tphantom\tlost-commit\tdup-key\tout-of-order\tearly\t")
 	for _, g := range v.Groups {
-		fmt.Fprintf(tw, "%s/%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", g.Topic, g.Group, g.Committed,
-			g.Delivered, g.Missing, g.RolledBack, g.Redelivered, g.Allowed, g.AfterAck, g.LiveLeases, g.BadAttempt,
-			g.AckNotSettled, g.Phantom, g.LostCommit)
+		fmt.Fprintf(tw, "%s/%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", g.Topic, g.Group,
+			g.Committed, g.Delivered, g.Missing, g.RolledBack, g.Redelivered, g.Allowed, g.AfterAck, g.LiveLeases,
+			g.BadAttempt, g.AckNotSettled, g.Phantom, g.LostCommit, g.DupIdent, g.OutOfOrder, g.Early)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "transactions: %d committed, %d rolled back, unknown outcome (commit interrupted) settled by the ledger: "+
@@ -338,6 +569,15 @@ func (v *verdict) print(w io.Writer) {
 		v.CommitLostMsgs)
 	fmt.Fprintf(w, "acks after lease expiry: %d (%d succeeded: nobody had taken the page; %d fenced)\n", v.LateAcks,
 		v.LateAcksOK, v.LateAcks-v.LateAcksOK)
+	if k := v.Kinds; k.OrderPairs+k.Delayed+k.Idents > 0 {
+		fmt.Fprintf(w, "ordered kinds: %d consecutive pairs of a key or aggregate checked for order, %d sequences "+
+			"against their predecessor's ack, %d deliveries of delayed messages against their due time, %d dedupe keys "+
+			"and sequences checked for being one message (%d published by more than one transaction), %d first deliveries "+
+			"for priority order\n", k.OrderPairs, k.AckChecks, k.Delayed, k.Idents, k.Retried, k.PrioChecks)
+	}
+	if v.Kinds.DroppedParts != "" {
+		fmt.Fprintf(w, "table partitions dropped during the run: %s\n", v.Kinds.DroppedParts)
+	}
 	if v.TornLines > 0 {
 		fmt.Fprintf(w, "record lines torn by a SIGKILL (ignored): %d\n", v.TornLines)
 	}

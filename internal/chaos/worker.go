@@ -116,6 +116,8 @@ func (w *worker) run(ctx context.Context) error {
 		return w.runSQL(ctx, consumer)
 	case kindClient, kindClientTx:
 		return w.runClient(ctx, consumer)
+	case kindTimed, kindExplicit:
+		return w.runTimed(ctx, consumer)
 	}
 	return fmt.Errorf("unknown worker kind %q", w.spec.Kind)
 }
@@ -135,7 +137,7 @@ func (w *worker) deliveryLine(id int64, payload []byte, attempt int, lease int64
 		K string `json:"k"`
 	}
 	_ = json.Unmarshal(payload, &p)
-	return line("D", w.spec.groupLabel(), w.spec.Topic, id, p.K, attempt, lease, consumer)
+	return line("D", w.spec.groupLabel(), w.spec.Topic, id, p.K, attempt, lease, consumer, time.Now().UnixNano())
 }
 
 // runSQL is the hand-written consumer: read a page in its own transaction,
