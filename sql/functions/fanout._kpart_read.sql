@@ -252,7 +252,13 @@ BEGIN
                                           AND (d.kpart = v_k.kpart OR d.kpart IS NULL)
                                           AND (v_last IS NULL OR d.txid <= v_last)
                                         ORDER BY d.txid, d.message_id
-                                        LIMIT CASE WHEN v_last IS NULL THEN p_max ELSE c_cap END)
+                                        LIMIT CASE WHEN v_last IS NULL THEN p_max ELSE c_cap END
+                                        -- A retry without a partition (a replay) that a
+                                        -- read of another partition is taking is passed
+                                        -- by: picked and then found gone, it left this
+                                        -- page empty and the partition's own due retry
+                                        -- behind the stream's next message.
+                                        FOR UPDATE SKIP LOCKED)
                 RETURNING rt.message_id, rt.txid, rt.attempt)
             SELECT array_agg(due.message_id ORDER BY due.txid, due.message_id) AS ids,
                    array_agg(due.txid ORDER BY due.txid, due.message_id) AS txids,

@@ -108,6 +108,16 @@ BEGIN
             RAISE EXCEPTION 'ack => % is a lease of another topic or group than %/%', $8, p_topic,
                 coalesce(p_group, '') USING ERRCODE = 'PGQ03';
         END IF;
+        IF v_t.partitions IS NULL THEN
+            -- The group row before the lease's, as the read below and seek,
+            -- pause and unsubscribe (fanout._release_holds) take them: acking
+            -- first, then queueing for the group row behind a seek that
+            -- waits for the lease, was a deadlock.
+            PERFORM 1 FROM fanout.consumer_group g
+            WHERE g.topic_id = v_t.topic_id
+              AND g.group_name IS NOT DISTINCT FROM CASE WHEN v_t.semantics = 'pubsub' THEN fanout._nfc(p_group) END
+            FOR NO KEY UPDATE;
+        END IF;
         PERFORM fanout.ack($8);
     END IF;
     IF v_t.partitions IS NOT NULL THEN
