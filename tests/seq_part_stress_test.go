@@ -22,9 +22,8 @@ import (
 )
 
 // Sequence ordering and key partitions under load, with the edges of
-// issue 26 scripted in: seeks back to 'earliest', replays of acked ids (on
-// the key-partitioned topic only with PGQ_STRESS_PART_REPLAY=1: see
-// spPartReplay), pauses, nacks, expiries, late acks, a raise of P with
+// issue 26 scripted in: seeks back to 'earliest', replays of acked ids,
+// pauses, nacks, expiries, late acks, a raise of P with
 // alter_topic, and maintenance rotating and reclaiming every 40 ms with
 // retention 0.
 //
@@ -53,10 +52,9 @@ import (
 // recording lag can only hide a violation, never invent one. Every group
 // also ends with lost_messages 0, and check_consistency() finds nothing.
 //
-// Known and tolerated (counted in the log): read(..., ack => lease) takes
-// the lease row, then the group row (a key partition's row on 'sp'), while
-// seek takes them the other way round, so the two can deadlock (40P01);
-// such a read acked and read nothing, and such a seek is tried again.
+// A deadlock (40P01) of read(..., ack => lease) with seek fails the test:
+// both take the group row (on 'sp' the leases, then the key partition's
+// row) in one order.
 // PGQ_STRESS_SECONDS sets the load phase (default 12).
 func TestSeqPartStress(t *testing.T) {
 	t.Parallel()
@@ -126,11 +124,7 @@ func TestSeqPartStress(t *testing.T) {
 	maint.Add(1)
 	go func() { defer maint.Done(); spMaintain(maintCtx, st, pool) }()
 	others.Add(2)
-	replayed := groups[:3] // the sequence-ordered topic's groups
-	if os.Getenv(spPartReplay) != "" {
-		replayed = groups // the key-partitioned topic's too (see spPartReplay)
-	}
-	go func() { defer others.Done(); st.replayer(loadCtx, pool, replayed) }()
+	go func() { defer others.Done(); st.replayer(loadCtx, pool, groups) }()
 	go func() { defer others.Done(); st.direct(loadCtx, pool, load, group) }()
 
 	producers.Wait()
@@ -305,8 +299,6 @@ type spState struct {
 	committedAt map[spID]string
 	events      []string
 	replays     atomic.Int64
-	// read(..., ack => lease) deadlocked with a seek (tolerated, counted).
-	readAckDeadlocks, seekDeadlocks atomic.Int64
 	// What the consumers did: pages left to expire, acks after a short
 	// lease ran out, nacks, fenced calls (PGQ11), acks in a business
 	// transaction, acks with the next read.
@@ -342,10 +334,9 @@ func (s *spState) eventLog() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return fmt.Sprintf("%v, %d replays; consumers: %d pages left to expire, %d late acks, %d nacks, %d fenced, "+
-		"%d acks in a business transaction, %d with the next read; deadlocks of read(..., ack => lease) with seek: "+
-		"%d reads and %d seeks chosen",
+		"%d acks in a business transaction, %d with the next read",
 		s.events, s.replays.Load(), s.expired.Load(), s.late.Load(), s.nacks.Load(), s.fenced.Load(),
-		s.txAcks.Load(), s.readAcks.Load(), s.readAckDeadlocks.Load(), s.seekDeadlocks.Load())
+		s.txAcks.Load(), s.readAcks.Load())
 }
 
 func (s *spState) commit(topic string, ids []int64, items []spItem) {
@@ -635,12 +626,6 @@ func (s *spState) consume(ctx context.Context, pool *pgxpool.Pool, g *spGroup, n
 			if err == nil {
 				g.ackedAt(carryIDs, began, carry, consumer, "with the next read")
 				s.readAcks.Add(1)
-			} else if qState(err) == "40P01" {
-				// read(..., ack => lease) takes the lease, then the group
-				// row; seek takes them the other way round (a known
-				// deadlock, reported apart): nothing was acked or read.
-				s.readAckDeadlocks.Add(1)
-				err = nil
 			}
 			carry, carryIDs = 0, nil
 		}
@@ -733,16 +718,6 @@ func (s *spState) checkSettled(g *spGroup, lease int64, ids []int64, settled int
 	}
 }
 
-// spPartReplay: replays on the key-partitioned topic are off by default
-// (PGQ_STRESS_PART_REPLAY=1 turns them on) because of a head-of-line bug in
-// fanout._kpart_read that they expose in about one run of ten: a read of
-// partition X takes its due retries (nacked messages, or an expired page
-// joined to them) with replayed rows (kpart NULL) in one DELETE ... LIMIT
-// by txid; when a concurrent read of partition Y takes those replayed rows
-// first, the DELETE returns nothing and X hands out its stream instead, #n
-// before the retry of #m < n. Turn them on by default once that is fixed.
-const spPartReplay = "PGQ_STRESS_PART_REPLAY"
-
 // replayer replays a few ids each group acked recently, every 150 ms or so.
 func (s *spState) replayer(ctx context.Context, pool *pgxpool.Pool, groups []*spGroup) {
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -792,12 +767,6 @@ func (s *spState) direct(ctx context.Context, pool *pgxpool.Pool, load time.Dura
 	}
 	exec := func(what, sql string, args ...any) {
 		_, err := pool.Exec(ctx, sql, args...)
-		for try := 0; qState(err) == "40P01" && try < 10; try++ {
-			// The deadlock of a seek with read(..., ack => lease) (see
-			// consume): the seek was chosen; it is tried again.
-			s.seekDeadlocks.Add(1)
-			_, err = pool.Exec(ctx, sql, args...)
-		}
 		if err != nil {
 			if ctx.Err() == nil {
 				s.errs.add(fmt.Errorf("%s: %w", what, err))
