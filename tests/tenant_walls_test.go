@@ -91,3 +91,88 @@ func TestTenantWallsNameLengthAfterNFC(t *testing.T) {
 	require.NoError(t, b.Pool.QueryRow(b.ctx, "SELECT max(char_length(topic)) FROM fanout.topic").Scan(&max))
 	require.LessOrEqual(t, max, 512)
 }
+
+// Issue 27, finding 2: a tenant that leaves a drop_topic of its own topic open
+// in a transaction must not stall partition maintenance of every other
+// tenant. The maintenance round passes the held topic by (counted in
+// fanout.maint_skips()), creates the other topics' partitions, and gets the
+// held topic's done once the tenant lets go.
+func TestTenantWallsMaintenanceNeverWaitsForATenant(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tIsolate(t)
+	aName, a := b.tRole(t, "hold_a", "fanout_admin")
+	b.tGrant(t, b.Pool, "ta.%", aName, "admin")
+	b.createTopic(t, a, "ta.hold", "semantics => 'pubsub'", "zombie_ttl => '1 second'")
+	// A settled lease slot and a cancelled group: rows the drop below holds
+	// and the cleanups would delete.
+	_, err := a.Exec(b.ctx, "SELECT fanout.subscribe('ta.hold', 'g')")
+	require.NoError(t, err)
+	b.publish(t, a, "ta.hold", `{}`)
+	ms := b.read(t, a, "ta.hold", ptr("g"), "c", 10, "1 minute")
+	require.Len(t, ms, 1)
+	require.Equal(t, 1, b.ack(t, a, ms[0].LeaseID, ids(ms)))
+	_, err = a.Exec(b.ctx, "SELECT fanout.unsubscribe('ta.hold', 'g')")
+	require.NoError(t, err)
+	b.createTopic(t, b.Pool, "tb.new")
+	b.createTopic(t, b.Pool, "tc.new", "completion => 'reference'", "semantics => 'pubsub'")
+	parts := func(topic string) int {
+		var n int
+		require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fanout.partition p JOIN fanout.topic t USING (topic_id)
+		                                           WHERE t.topic = $1`, topic).Scan(&n))
+		return n
+	}
+	require.Equal(t, 1, parts("tb.new"), "a new topic waits for maintenance for its partition ahead")
+
+	tx, err := a.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck // rolled back below; no-op then
+	_, err = tx.Exec(b.ctx, "SELECT fanout.drop_topic('ta.hold', force => true)")
+	require.NoError(t, err)
+
+	// Another connection, as the sidecar or pg_cron would run it. The
+	// statement_timeout only turns a stall into an error instead of a hang.
+	m, err := b.Pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer m.Release()
+	_, err = m.Exec(b.ctx, "SET statement_timeout = '60s'")
+	require.NoError(t, err)
+	for _, call := range []string{
+		"SELECT fanout._manage_partitions()", "SELECT fanout.run_maintenance()",
+		// The other maintenance functions, with a clock far enough ahead to
+		// want the held topic's cancelled group and settled lease slot.
+		"SELECT fanout._cleanup_groups(now() + interval '1 minute')",
+		"SELECT fanout._cleanup_bookkeeping(now() + interval '2 hours')",
+		"SELECT fanout._refresh_topic_state()", "SELECT fanout._detect_dead_groups()",
+	} {
+		_, err = m.Exec(b.ctx, call)
+		require.NoError(t, err, "%s must not wait for the tenant's open drop_topic", call)
+	}
+	require.Equal(t, 2, parts("tb.new"), "the other tenants' topics got their partition ahead")
+	require.Equal(t, 2, parts("tc.new"))
+
+	var topic, fn string
+	var skips int64
+	require.NoError(t, m.QueryRow(b.ctx, "SELECT func, topic, skips FROM fanout.maint_skips()").Scan(&fn, &topic, &skips))
+	require.Equal(t, "fanout._manage_partitions", fn)
+	require.Equal(t, "ta.hold", topic)
+	require.GreaterOrEqual(t, skips, int64(2), "each call that passed it by is counted")
+
+	// The tenant gives up: the next round does the held topic and forgets it.
+	require.NoError(t, tx.Rollback(b.ctx))
+	// What the cleanups passed by was theirs to do: they do it now.
+	var n int
+	require.NoError(t, m.QueryRow(b.ctx, "SELECT fanout._cleanup_groups(now() + interval '1 minute')").Scan(&n))
+	require.Equal(t, 1, n, "the held topic's cancelled group")
+	require.NoError(t, m.QueryRow(b.ctx, "SELECT fanout._cleanup_bookkeeping(now() + interval '2 hours')").Scan(&n))
+	require.Positive(t, n, "the held topic's settled lease slot")
+	// A tenant's admin grant is not enough to see other tenants' skips.
+	_, err = a.Exec(b.ctx, "SELECT * FROM fanout.maint_skips()")
+	requireSQLState(t, err, "PGQ21")
+	_, err = m.Exec(b.ctx, "SELECT fanout.run_maintenance()")
+	require.NoError(t, err)
+	require.Equal(t, 2, parts("ta.hold"))
+	var left int
+	require.NoError(t, m.QueryRow(b.ctx, "SELECT count(*) FROM fanout.maint_skips()").Scan(&left))
+	require.Zero(t, left)
+}
