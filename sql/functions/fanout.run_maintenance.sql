@@ -24,10 +24,7 @@ DECLARE
     v_total bigint := 0;
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
-    IF p_now IS NULL OR NOT isfinite(p_now) THEN
-        RAISE EXCEPTION 'now must be a finite timestamp, got %', coalesce(p_now::text, 'NULL')
-            USING ERRCODE = 'PGQ03';
-    END IF;
+    PERFORM fanout._check_now(p_now);
     FOR r IN SELECT * FROM fanout.maint_operations(p_now) AS o LOOP
         v_fn := r.func::regproc;
         FOR i IN 1..100 LOOP

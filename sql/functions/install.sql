@@ -10,6 +10,7 @@
 {{ template "fanout._check_grant_args.sql" . }}
 {{ template "fanout._check_message.sql" . }}
 {{ template "fanout._check_name.sql" . }}
+{{ template "fanout._check_now.sql" . }}
 {{ template "fanout._check_order_options.sql" . }}
 {{ template "fanout._check_subscribe_limits.sql" . }}
 {{ template "fanout._check_topic_settings.sql" . }}
