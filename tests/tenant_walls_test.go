@@ -176,3 +176,52 @@ func TestTenantWallsMaintenanceNeverWaitsForATenant(t *testing.T) {
 	require.NoError(t, m.QueryRow(b.ctx, "SELECT count(*) FROM fanout.maint_skips()").Scan(&left))
 	require.Zero(t, left)
 }
+
+// Issue 27, finding 6: log_action bounds and validates its input like every
+// other name (it took a 100,000-character group name, a 4 MB detail and any
+// actor), and the audit row says which part is claimed by the caller: a
+// tenant admin cannot pass itself off as another role.
+func TestTenantWallsLogActionBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tIsolate(t)
+	aName, a := b.tRole(t, "log_a", "fanout_admin")
+	b.tGrant(t, b.Pool, "ta.%", aName, "admin")
+	b.createTopic(t, a, "ta.t")
+	bad := []struct {
+		group, kind, detail string
+		count               int64
+		code                string
+	}{
+		{strings.Repeat("g", 100000), "console_x", `{}`, 0, "PGQ04"},
+		{"g\x01", "console_x", `{}`, 0, "PGQ04"},
+		{"g", "console_x", `{"blob":"` + strings.Repeat("x", 4<<20) + `"}`, 0, "PGQ03"},
+		{"g", "console_x", `[1, 2]`, 0, "PGQ03"},
+		{"g", "console_x", `{"actor":"root\u0007"}`, 0, "PGQ04"},
+		{"g", "console_x", `{"actor":"` + strings.Repeat("r", 600) + `"}`, 0, "PGQ04"},
+		{"g", "console_x", `{"actor":{"name":"root"}}`, 0, "PGQ03"},
+		{"g", "console_x", `{}`, -1, "PGQ03"},
+		{"g", strings.Repeat("k", 100000), `{}`, 0, "PGQ03"},
+	}
+	for _, c := range bad {
+		_, err := a.Exec(b.ctx, "SELECT fanout.log_action('ta.t', $1, $2, $3, $4::jsonb)", c.group, c.kind, c.count, c.detail)
+		requireSQLState(t, err, c.code)
+	}
+	_, err := a.Exec(b.ctx, "SELECT fanout.log_action($1, NULL, 'console_x')", strings.Repeat("t", 600))
+	requireSQLState(t, err, "PGQ04")
+	var n int
+	require.NoError(t, b.Pool.QueryRow(b.ctx, "SELECT count(*) FROM fanout.event_log WHERE kind = 'console_x'").Scan(&n))
+	require.Zero(t, n, "nothing recorded")
+
+	var id int64
+	require.NoError(t, a.QueryRow(b.ctx, `SELECT fanout.log_action($1, $2, 'console_x', 1, '{"actor":"root","role":"postgres"}')`,
+		"ta.t", "e\u0301").Scan(&id))
+	var group, actor, role string
+	var verified bool
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT group_name, detail->>'actor', (detail->'actor_verified')::boolean, detail->>'role'
+	                                           FROM fanout.event_log WHERE event_id = $1`, id).Scan(&group, &actor, &verified, &role))
+	require.Equal(t, "\u00e9", group, "stored in NFC")
+	require.Equal(t, "root", actor)
+	require.False(t, verified, "the actor is what the caller claims")
+	require.Equal(t, aName, role, "the role is the caller's, whatever detail said")
+}
