@@ -61,6 +61,12 @@ type ConsoleConfig struct {
 	CSRFKey []byte
 	// CSRFTTL is how long a CSRF token stays valid. Default 12h.
 	CSRFTTL time.Duration
+	// ListenAddr is the address the console is served on. Unless it is a
+	// loopback address (127.0.0.1, ::1, localhost), dead-letter payloads are
+	// served only to requests that present Token ("Authorization: Bearer
+	// <token>"), and never without a Token; the rest of the console stays
+	// read-only and open. Empty counts as beyond loopback.
+	ListenAddr string
 }
 
 func (c ConsoleConfig) withDefaults() ConsoleConfig {

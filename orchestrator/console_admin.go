@@ -237,7 +237,7 @@ func (c *Console) runAdmin(ctx context.Context, action string, req AdminRequest,
 	group := nullIfEmpty(req.Group)
 	detail := map[string]any{
 		"actor": req.Actor, "via": "pgq-console", "sidecar": c.sched.elector.ID(),
-		"remote_addr": r.RemoteAddr, "user_agent": r.UserAgent(),
+		"remote_addr": clipRunes(r.RemoteAddr, 100), "user_agent": clipRunes(r.UserAgent(), 256),
 	}
 	switch action {
 	case "resurrect_group":
@@ -296,4 +296,13 @@ func (c *Console) adminError(w http.ResponseWriter, action string, req AdminRequ
 		status = http.StatusForbidden
 	}
 	writeError(w, status, pe.Code, pe.Message)
+}
+
+// clipRunes cuts s to at most n runes (fanout.log_action bounds detail at
+// 8,192 bytes; a request's headers are the client's to choose).
+func clipRunes(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n])
+	}
+	return s
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -127,6 +128,9 @@ type DeadLetterView struct {
 	Payload          string     `json:"payload"`
 	PayloadChars     int64      `json:"payload_chars"`
 	PayloadTruncated bool       `json:"payload_truncated"`
+	// PayloadHidden: the console listens beyond loopback and the request
+	// did not present the admin token, so Payload is empty.
+	PayloadHidden bool `json:"payload_hidden,omitempty"`
 	Attempts         int64      `json:"attempts"`
 	LastError        *string    `json:"last_error"`
 	DeadAt           time.Time  `json:"dead_at"`
@@ -134,7 +138,8 @@ type DeadLetterView struct {
 	MessageGroup     *string    `json:"message_group"`
 }
 
-// EventView is one row of fanout.event_log.
+// EventView is one row of fanout.event_log, its detail cut to
+// MaxConsoleEventDetail bytes.
 type EventView struct {
 	ID     int64           `json:"id"`
 	At     time.Time       `json:"at"`
@@ -318,11 +323,12 @@ func (c *Console) groupViews(ctx context.Context, rows []Row) ([]GroupView, erro
 	if len(dlTopics) > 0 {
 		// The newest dead letter of each group that has any.
 		q, err := c.db.Query(ctx, `
-			SELECT k.topic, k.group_name, d.last_error, d.dead_at
+			SELECT k.topic, k.group_name, left(d.last_error, $3), d.dead_at
 			FROM unnest($1::text[], $2::text[]) AS k(topic, group_name)
 			CROSS JOIN LATERAL (SELECT dl.last_error, dl.dead_at FROM fanout.dead_letters dl
 			                    WHERE dl.topic = k.topic AND dl.group_name IS NOT DISTINCT FROM k.group_name
-			                    ORDER BY dl.dead_at DESC, dl.message_id DESC LIMIT 1) d`, dlTopics, dlGroups)
+			                    ORDER BY dl.dead_at DESC, dl.message_id DESC LIMIT 1) d`, dlTopics, dlGroups,
+			MaxConsoleErrorText)
 		if err != nil {
 			return nil, fmt.Errorf("console: dead letters: %w", err)
 		}
@@ -386,7 +392,8 @@ func (c *Console) jobs() []JobView {
 	out := make([]JobView, 0, len(js))
 	for _, j := range js {
 		v := JobView{Name: j.Name, Schedule: j.Schedule, Runs: j.Runs, Errors: j.Errors,
-			LastRun: timePtr(j.LastRun), LastSuccess: timePtr(j.LastSuccess), LastError: j.LastError, Overdue: j.Overdue}
+			LastRun: timePtr(j.LastRun), LastSuccess: timePtr(j.LastSuccess),
+			LastError: clipText(j.LastError, MaxConsoleErrorText), Overdue: j.Overdue}
 		if j.Runs > 0 {
 			d := j.LastDuration.Seconds()
 			v.LastDurationSec = &d
@@ -397,14 +404,19 @@ func (c *Console) jobs() []JobView {
 }
 
 // deadLetters returns the newest dead letters of a group, payloads cut to
-// PayloadPreview characters.
-func (c *Console) deadLetters(ctx context.Context, topic, group string, limit int) ([]DeadLetterView, error) {
+// PayloadPreview characters (left out when hide is set), errors to
+// MaxConsoleErrorText.
+func (c *Console) deadLetters(ctx context.Context, topic, group string, limit int, hide bool) ([]DeadLetterView, error) {
+	preview := c.cfg.PayloadPreview
+	if hide {
+		preview = 0
+	}
 	q, err := c.db.Query(ctx, `
-		SELECT d.message_id, left(d.payload::text, $4), length(d.payload::text), d.attempts, d.last_error,
+		SELECT d.message_id, left(d.payload::text, $4), length(d.payload::text), d.attempts, left(d.last_error, $5),
 		       d.dead_at, d.published_at, d.message_group
 		FROM fanout.dead_letters d
 		WHERE d.topic = $1 AND d.group_name IS NOT DISTINCT FROM $2
-		ORDER BY d.dead_at DESC, d.message_id DESC LIMIT $3`, topic, nullIfEmpty(group), limit, c.cfg.PayloadPreview)
+		ORDER BY d.dead_at DESC, d.message_id DESC LIMIT $3`, topic, nullIfEmpty(group), limit, preview, MaxConsoleErrorText)
 	if err != nil {
 		return nil, fmt.Errorf("console: fanout.dead_letters: %w", err)
 	}
@@ -418,7 +430,8 @@ func (c *Console) deadLetters(ctx context.Context, topic, group string, limit in
 			return nil, fmt.Errorf("console: fanout.dead_letters: %w", err)
 		}
 		d.Attempts = int64(attempts)
-		d.PayloadTruncated = d.PayloadChars > int64(c.cfg.PayloadPreview)
+		d.PayloadTruncated = !hide && d.PayloadChars > int64(preview)
+		d.PayloadHidden = hide
 		out = append(out, d)
 	}
 	if err := q.Err(); err != nil {
@@ -429,8 +442,11 @@ func (c *Console) deadLetters(ctx context.Context, topic, group string, limit in
 
 // events returns the newest rows of fanout.event_log.
 func (c *Console) events(ctx context.Context, limit int) ([]EventView, error) {
-	q, err := c.db.Query(ctx, `SELECT event_id, at, topic, group_name, kind, count, detail
-		FROM fanout.event_log ORDER BY event_id DESC LIMIT $1`, limit)
+	q, err := c.db.Query(ctx, `SELECT event_id, at, left(topic, $3), left(group_name, $3), kind, count,
+		       CASE WHEN octet_length(detail::text) <= $2 THEN detail
+		            ELSE jsonb_build_object('truncated', true, 'bytes', octet_length(detail::text),
+		                                    'preview', left(detail::text, $2 / 2)) END
+		FROM fanout.event_log ORDER BY event_id DESC LIMIT $1`, limit, MaxConsoleEventDetail, maxConsoleName)
 	if err != nil {
 		return nil, fmt.Errorf("console: fanout.event_log: %w", err)
 	}
@@ -489,6 +505,12 @@ func (c *Console) dbError(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusForbidden, "42501", oneLine(err.Error()))
 		return
 	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") {
+		// A data exception: a parameter the checks above let through.
+		writeError(w, http.StatusBadRequest, "bad_request", "invalid parameter")
+		return
+	}
 	writeError(w, http.StatusServiceUnavailable, "database", oneLine(err.Error()))
 }
 
@@ -528,7 +550,12 @@ func (c *Console) handleTopics(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) handleGroups(w http.ResponseWriter, r *http.Request) {
-	gs, err := c.groups(r.Context(), r.URL.Query().Get("topic"))
+	topic, err := nameParam(r, "topic")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	gs, err := c.groups(r.Context(), topic)
 	if err != nil {
 		c.dbError(w, r, err)
 		return
@@ -537,8 +564,16 @@ func (c *Console) handleGroups(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	topic := q.Get("topic")
+	topic, err := nameParam(r, "topic")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	group, err := nameParam(r, "group")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
 	if topic == "" {
 		writeError(w, http.StatusBadRequest, "bad_request", "topic is required (and group, except on queue topics)")
 		return
@@ -548,7 +583,9 @@ func (c *Console) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	ds, err := c.deadLetters(r.Context(), topic, q.Get("group"), limit)
+	// Payloads are data of the tenants: beyond loopback only with the token.
+	hide := beyondLoopback(c.cfg.ListenAddr) && (c.cfg.Token == "" || !c.tokenOK(r))
+	ds, err := c.deadLetters(r.Context(), topic, group, limit, hide)
 	if err != nil {
 		c.dbError(w, r, err)
 		return

@@ -50,6 +50,9 @@ func (b *consoleBundle) serve(t *testing.T, db DB, cfg ConsoleConfig) {
 	b.sched, err = NewScheduler(db, SchedulerConfig{Logger: b.log, Jitter: -1, LeaderTTL: time.Hour, LeaderID: "console-test"})
 	require.NoError(t, err)
 	cfg.Logger, cfg.Clock = b.log, b.clock
+	if cfg.ListenAddr == "" {
+		cfg.ListenAddr = "127.0.0.1:0" // what the tests serve on (httptest)
+	}
 	b.console, err = NewConsole(db, b.sched, cfg)
 	require.NoError(t, err)
 	b.srv = httptest.NewServer(b.console.Handler(b.sched.Handler()))

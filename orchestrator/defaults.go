@@ -13,6 +13,10 @@ const (
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultJobTimeout      = time.Minute
 	DefaultBatchLimit      = 100
+	// DefaultSkippedDegradedAfter is how long maintenance may pass one topic
+	// by (fanout.maint_skips(): another transaction holds a lock it needs)
+	// before /healthz says "degraded".
+	DefaultSkippedDegradedAfter = 10 * time.Minute
 	// FailingRunsUnhealthy is how many failed runs in a row of one job
 	// (discover included) turn /healthz to 503 even before the job is overdue.
 	FailingRunsUnhealthy    = 3

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -105,6 +106,7 @@ type statsCollector struct {
 	lagMessages, lagSeconds, deadLetters, inFlight, lost, delivered, members, status       *prometheus.Desc
 	oldestUnacked, retryPending, bfProcessed, bfTotal, bfRate                              *prometheus.Desc
 	kparts, kpartsUnowned, kpartImbalance, kpartMaxLag, kpartMaxLagSeconds                 *prometheus.Desc
+	skippedTopics, skippedSeconds, skippedCalls                                            *prometheus.Desc
 }
 
 func newStatsCollector(db DB, leaderName string, logger *slog.Logger) *statsCollector {
@@ -142,6 +144,10 @@ func newStatsCollector(db DB, leaderName string, logger *slog.Logger) *statsColl
 		kpartImbalance:     d("pgq_group_key_partition_imbalance", "Most minus fewest key partitions owned by one member of the group (0 or 1 when even).", g, nil),
 		kpartMaxLag:        d("pgq_group_key_partition_max_lag_messages", "Largest lag of one key partition of the group, in messages.", g, nil),
 		kpartMaxLagSeconds: d("pgq_group_key_partition_max_lag_seconds", "Largest lag of one key partition of the group, in seconds.", g, nil),
+		// fanout.maint_skips(): series only for topics being passed by.
+		skippedTopics:  d("pgq_maintenance_skipped_topics", "Topics the maintenance function is passing by because another transaction holds a lock it needs (fanout.maint_skips()).", []string{"job"}, nil),
+		skippedSeconds: d("pgq_maintenance_skipped_seconds", "How long the maintenance function has been passing the topic by.", []string{"job", "topic"}, nil),
+		skippedCalls:   d("pgq_maintenance_skipped_calls", "Calls of the maintenance function that passed the topic by since it last got through it.", []string{"job", "topic"}, nil),
 	}
 }
 
@@ -149,7 +155,8 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.topicMessages, c.topicOldest, c.topicPartitions, c.topicBytes,
 		c.topicDropped, c.topicGroups, c.topicPublished, c.lagMessages, c.lagSeconds, c.oldestUnacked, c.deadLetters, c.retryPending, c.inFlight,
 		c.lost, c.delivered, c.members, c.status, c.bfProcessed, c.bfTotal, c.bfRate,
-		c.kparts, c.kpartsUnowned, c.kpartImbalance, c.kpartMaxLag, c.kpartMaxLagSeconds} {
+		c.kparts, c.kpartsUnowned, c.kpartImbalance, c.kpartMaxLag, c.kpartMaxLagSeconds,
+		c.skippedTopics, c.skippedSeconds, c.skippedCalls} {
 		ch <- d
 	}
 }
@@ -159,6 +166,9 @@ var groupStatuses = []string{"active", "paused", "dead", "cancelled"}
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
 	defer cancel()
+	// First: the series that tell which topic a tenant's lock holds up,
+	// while reading the views below may wait for that very lock.
+	c.collectSkips(ctx, ch)
 	st, err := ReadStats(ctx, c.db, "")
 	if err != nil {
 		c.logger.Warn("metrics: reading fanout views failed", "error", err)
@@ -262,3 +272,38 @@ func readPublished(ctx context.Context, db DB) (map[string]int64, error) {
 	}
 	return out, nil
 }
+
+// collectSkips exports fanout.maint_skips(): per maintenance function the
+// number of topics it is passing by (0 for the functions that pass none, so
+// an alert can rely on the series), and per such topic since when and how
+// many calls.
+func (c *statsCollector) collectSkips(ctx context.Context, ch chan<- prometheus.Metric) {
+	skips, err := ReadSkips(ctx, c.db)
+	if err != nil {
+		c.logger.Warn("metrics: reading fanout.maint_skips() failed", "error", err)
+		return
+	}
+	var now time.Time
+	if err := c.db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		c.logger.Warn("metrics: reading the database clock failed", "error", err)
+		return
+	}
+	per := map[string]int{}
+	for _, k := range skips {
+		per[k.Func]++
+		ch <- prometheus.MustNewConstMetric(c.skippedSeconds, prometheus.GaugeValue,
+			max(now.Sub(k.SkippedSince).Seconds(), 0), k.Func, k.Topic)
+		ch <- prometheus.MustNewConstMetric(c.skippedCalls, prometheus.GaugeValue, float64(k.Skips), k.Func, k.Topic)
+	}
+	if _, ok := per[manageParts]; !ok {
+		per[manageParts] = 0
+	}
+	for fn, n := range per {
+		ch <- prometheus.MustNewConstMetric(c.skippedTopics, prometheus.GaugeValue, float64(n), fn)
+	}
+}
+
+// manageParts is the maintenance function that passes topics by
+// (fanout._manage_partitions); its pgq_maintenance_skipped_topics series is
+// always there.
+const manageParts = "fanout._manage_partitions"

@@ -57,6 +57,10 @@ type SchedulerConfig struct {
 	Timeouts map[string]time.Duration
 	// BatchLimit caps calls per run and argument. Default 100.
 	BatchLimit int
+	// SkippedDegradedAfter: /healthz says "degraded" while maintenance has
+	// been passing a topic by (fanout.maint_skips()) for longer than this.
+	// Default DefaultSkippedDegradedAfter.
+	SkippedDegradedAfter time.Duration
 	// Jitter is the largest random delay before a scheduled run (capped at
 	// half the job's interval). Default 1s; negative disables it.
 	Jitter time.Duration
@@ -94,6 +98,9 @@ func (c SchedulerConfig) withDefaults() SchedulerConfig {
 	}
 	if c.BatchLimit <= 0 {
 		c.BatchLimit = DefaultBatchLimit
+	}
+	if c.SkippedDegradedAfter <= 0 {
+		c.SkippedDegradedAfter = DefaultSkippedDegradedAfter
 	}
 	if c.Jitter == 0 {
 		c.Jitter = DefaultJitter

@@ -264,6 +264,7 @@ func runScheduler(ctx context.Context, o *options, logger *slog.Logger) error {
 		if o.console {
 			c, err := orchestrator.NewConsole(pool, s, orchestrator.ConsoleConfig{
 				Logger: logger, Admin: o.consoleAdmin, Token: o.consoleToken,
+				ListenAddr: o.listen, // beyond loopback: dead-letter payloads only with the token
 			})
 			if err != nil {
 				return usageError{fmt.Errorf("run: %w", err)}

@@ -10,7 +10,8 @@
 -- fanout.dedupe_sweep for the pace). Bounded: at most 10,000 rows of each
 -- other kind, 100 dedupe blocks and 1,000 topics passed per call; never
 -- waits (a topic whose row an alter or a drop holds is tried again by a
--- later call, a key a publisher holds is left to the next pass). Returns
+-- later call, a key a publisher holds is left to the next pass, a lease
+-- slot or member row another transaction holds to a later call). Returns
 -- how many rows were deleted plus how many dedupe blocks were swept and
 -- topics passed; call again while it returns > 0. Takes its own advisory
 -- lock.
@@ -46,7 +47,8 @@ BEGIN
                         WHERE c.open_count = 0
                           AND c.closed_at < p_now - CASE WHEN cardinality(c.reclaimed) > 0
                                                          THEN interval '7 days 1 hour' ELSE interval '1 hour' END
-                        LIMIT 10000)
+                        LIMIT 10000
+                        FOR UPDATE SKIP LOCKED)  -- never waits for a tenant (e.g. a drop_topic left open)
       AND l.open_count = 0
       AND l.closed_at < p_now - CASE WHEN cardinality(l.reclaimed) > 0
                                      THEN interval '7 days 1 hour' ELSE interval '1 hour' END;
@@ -62,7 +64,8 @@ BEGIN
     v_done := v_done + v_n;
     DELETE FROM fanout.member m
     WHERE (m.group_id, m.consumer) IN (SELECT o.group_id, o.consumer FROM fanout.member o
-                                       WHERE o.last_seen < p_now - interval '7 days' LIMIT 10000);
+                                       WHERE o.last_seen < p_now - interval '7 days' LIMIT 10000
+                                       FOR UPDATE SKIP LOCKED);
     GET DIAGNOSTICS v_n = ROW_COUNT;
     v_done := v_done + v_n;
     DELETE FROM fanout.event_log e

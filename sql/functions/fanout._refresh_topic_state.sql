@@ -4,7 +4,8 @@
 -- fanout.event_log. It also brings a topic's stored epoch up to its epoch
 -- sequence when a membership change bumped the sequence and then rolled back
 -- (until then every insert lists itself in fanout.stamp_pending: correct,
--- but extra work); a change in flight holds the row and is skipped.
+-- but extra work); a change in flight holds the row and is skipped (in
+-- both: a drop_topic left open in a transaction never makes it wait).
 -- Returns how many topics were repaired; call again while it returns > 0.
 -- Takes its own advisory lock.
 -- Tables: fanout.topic_state, fanout.consumer_group, fanout.event_log,
@@ -25,7 +26,10 @@ BEGIN
         UPDATE fanout.topic_state s
         SET required_mask = fanout._required_mask(s.topic_id), epoch = nextval(s.epoch_seq),
             refreshed_at = clock_timestamp()
-        WHERE s.required_mask <> fanout._required_mask(s.topic_id)
+        WHERE s.topic_id IN (SELECT l.topic_id FROM fanout.topic_state l
+                             WHERE l.required_mask <> fanout._required_mask(l.topic_id)
+                             FOR UPDATE SKIP LOCKED)  -- never waits for a tenant (a drop left open)
+          AND s.required_mask <> fanout._required_mask(s.topic_id)
         RETURNING s.topic_id, s.required_mask)
     INSERT INTO fanout.event_log (topic, kind, detail)
     SELECT t.topic, 'topic_state_repaired', jsonb_build_object('required_mask', fixed.required_mask)

@@ -42,6 +42,12 @@ BEGIN
         ORDER BY x.group_id, x.message_group, x.seq
         LIMIT 1000
     LOOP
+        -- Never waits for a consumer's read holding the aggregate's state
+        -- (a tenant's transaction left open): its gap is reported by a
+        -- later call.
+        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM fanout.seq_state s
+                                  WHERE s.group_id = r.group_id AND s.message_group = r.message_group
+                                  FOR UPDATE SKIP LOCKED);
         INSERT INTO fanout.event_log (topic, group_name, kind, count, detail)
         VALUES (r.topic, r.group_name, 'sequence_gap', r.waiting,
                 jsonb_build_object('message_group', r.message_group, 'missing_from', r.missing_from,

@@ -57,6 +57,10 @@ BEGIN
         RAISE EXCEPTION 'sequences has % elements but payloads has %', cardinality($10), v_n
             USING ERRCODE = 'PGQ03';
     END IF;
+    IF $10 IS NOT NULL AND array_position($10, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'sequences must not contain NULL (element %)', array_position($10, NULL)
+            USING ERRCODE = 'PGQ03';
+    END IF;
     v_at := fanout._delivery_time($7, $8);
     IF $9 IS NOT NULL OR $10 IS NOT NULL OR v_t.sequence_ordering THEN
         IF v_n = 0 THEN

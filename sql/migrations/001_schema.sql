@@ -394,6 +394,25 @@ CREATE TABLE fanout.event_log (
 );
 CREATE INDEX event_log_at_idx ON fanout.event_log (at);
 
+-- Topics a maintenance function passed by because another transaction held
+-- a lock it needed (an alter or a drop of the topic left open, DDL on its
+-- tables): one row per function and topic while it is being passed by,
+-- deleted once the function gets through it again. fanout.maint_skips()
+-- shows them; the pgq-scheduler's /healthz turns "degraded" when one has
+-- been passed by for longer than a threshold. No foreign key to the topic:
+-- its check would lock the topic row (FOR KEY SHARE) and wait for exactly
+-- the transaction being passed by.
+CREATE TABLE fanout.maint_skip (
+    func        text NOT NULL,
+    topic_id    bigint NOT NULL,
+    topic       text NOT NULL,
+    first_at    timestamptz NOT NULL,
+    last_at     timestamptz NOT NULL,
+    skips       bigint NOT NULL DEFAULT 1,
+    reason      text NOT NULL,
+    PRIMARY KEY (func, topic_id)
+);
+
 -- Leadership among pgq-scheduler sidecars: one row per elected role, held by
 -- renewing it before expires_at (no session state, so it works through
 -- PgBouncer in transaction pooling mode).

@@ -169,8 +169,8 @@
     e.hidden = !msg;
   }
 
-  async function getJSON(url) {
-    const r = await fetch(url, { cache: "no-store", credentials: "same-origin" });
+  async function getJSON(url, headers) {
+    const r = await fetch(url, { cache: "no-store", credentials: "same-origin", headers: headers || {} });
     const body = await r.json().catch(() => null);
     if (!r.ok) throw new Error((body && body.error) || r.status + " " + r.statusText);
     return body;
@@ -206,7 +206,9 @@
 
   async function loadDL() {
     const q = "topic=" + encodeURIComponent(dl.topic) + "&group=" + encodeURIComponent(dl.group) + "&limit=50";
-    const rows = await getJSON("/api/dead_letters?" + q);
+    // Beyond loopback the server shows payloads only to the admin token.
+    const tok = admin ? document.getElementById("admin-token").value : "";
+    const rows = await getJSON("/api/dead_letters?" + q, tok ? { "Authorization": "Bearer " + tok } : {});
     // Keep the operator's ticks across refreshes.
     const picked = new Set([...document.querySelectorAll(".dl-pick:checked")].map((c) => c.value));
     replace("#dl-table tbody", rows.map((d) => {
@@ -214,7 +216,8 @@
       if (admin) tr.append(el("td", {}, el("input", { type: "checkbox", class: "dl-pick", value: d.message_id, checked: picked.has(String(d.message_id)) })));
       tr.append(num(d.message_id), num(d.attempts), td(new Date(Date.parse(d.dead_at)).toLocaleString()),
         td(d.last_error || "", "error-text"),
-        td(d.payload + (d.payload_truncated ? " … (" + fmtCount(d.payload_chars) + " chars)" : ""), "payload"));
+        td(d.payload_hidden ? "(hidden: " + fmtCount(d.payload_chars) + " chars; the console listens beyond loopback and shows payloads only with the admin token)"
+          : d.payload + (d.payload_truncated ? " … (" + fmtCount(d.payload_chars) + " chars)" : ""), "payload"));
       return tr;
     }), "no dead letters", admin ? 6 : 5);
   }

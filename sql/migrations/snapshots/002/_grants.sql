@@ -39,6 +39,7 @@ GRANT EXECUTE ON FUNCTION
     fanout.purge_dead_letters(text, text, interval),
     fanout.maint_operations(timestamptz),
     fanout.maint_functions(),
+    fanout.maint_skips(),
     fanout.run_maintenance(timestamptz),
     fanout._manage_partitions(timestamptz),
     fanout._cleanup_partitions(timestamptz),

@@ -3,7 +3,11 @@
 -- fanout._check_name), a role, a known privilege, and a caller allowed to
 -- administer every topic the pattern can match: a superuser, the schema
 -- owner, or a holder of fanout_admin with an admin grant whose pattern
--- covers p_pattern.
+-- covers p_pattern. Every check runs on the pattern in Unicode NFC (the
+-- form fanout._check_name returns and the grant is stored and matched in):
+-- a decomposed spelling of another tenant's prefix (E'acme\u0301.%') is
+-- judged as the 'acmé.%' it becomes, never as the 'acme...' it was typed.
+-- Callers store and delete the NFC form, which fanout._check_name returns.
 -- Raises: PGQ03, PGQ04, PGQ21. Tables: fanout.topic_grant, pg_roles.
 CREATE OR REPLACE FUNCTION fanout._check_grant_args(p_pattern text, p_role regrole, p_privilege text)
 RETURNS void
@@ -14,7 +18,7 @@ DECLARE
     v_caller oid := fanout._caller();
     v_lit    text;
 BEGIN
-    PERFORM fanout._check_name('pattern', p_pattern);
+    p_pattern := fanout._check_name('pattern', p_pattern);  -- NFC, before any check
     IF p_role IS NULL THEN
         RAISE EXCEPTION 'role must not be NULL' USING ERRCODE = 'PGQ03';
     END IF;

@@ -4,7 +4,9 @@
 -- their leases, retries, dead letters and members. A deleted group's name can
 -- be subscribed again.
 -- Bounded: at most 1,000 groups per call. Returns how many were deleted; call
--- again while it returns > 0. Takes its own advisory lock.
+-- again while it returns > 0. Takes its own advisory lock. Never waits for
+-- a group's row (a drop_topic left open in a transaction holds every row of
+-- its topic's groups): a locked group is left to a later call.
 -- Tables: fanout.consumer_group (cascading), fanout.lease, fanout.event_log.
 CREATE OR REPLACE FUNCTION fanout._cleanup_groups(p_now timestamptz DEFAULT now())
 RETURNS int
@@ -27,7 +29,8 @@ BEGIN
             SELECT cg.group_id FROM fanout.consumer_group cg JOIN fanout.topic t ON t.topic_id = cg.topic_id
             WHERE (cg.status = 'cancelled' AND p_now - cg.status_changed_at > t.zombie_ttl)
                OR (cg.status = 'dead' AND p_now - cg.status_changed_at > t.max_retention)
-            LIMIT 1000)
+            LIMIT 1000
+            FOR UPDATE OF cg SKIP LOCKED)
           -- again on the row deleted (a read may have resurrected a dead group meanwhile)
           AND ((g.status = 'cancelled' AND p_now - g.status_changed_at > t.zombie_ttl)
                OR (g.status = 'dead' AND p_now - g.status_changed_at > t.max_retention))

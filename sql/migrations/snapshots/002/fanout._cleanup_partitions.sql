@@ -56,6 +56,9 @@ BEGIN
     END IF;
     FOR v_t IN SELECT * FROM fanout.topic t ORDER BY t.topic_id LOOP
         BEGIN  -- one topic's failure is logged and skipped (fanout._maint_failed)
+        -- A topic whose row another transaction holds (an alter or a drop,
+        -- maybe a tenant's left open) is passed by, not waited for.
+        CONTINUE WHEN NOT fanout._maint_lock_topic('fanout._cleanup_partitions', v_t.topic_id);
         IF v_t.completion = 'reference' THEN
             PERFORM fanout._reconcile_stamps(v_t.topic_id, pg_current_snapshot());
         ELSE

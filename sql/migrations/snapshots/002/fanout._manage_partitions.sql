@@ -49,14 +49,20 @@
 -- Bounded: at most 50 steps per call. Returns the number of steps done;
 -- call again while it returns > 0. Takes its own advisory lock (returns 0 if
 -- another caller holds it).
--- A topic whose step fails is logged (fanout._maint_failed) and skipped; a
--- refresh that cannot get its lock within 200 ms is tried again next call.
+-- A topic whose step fails is logged (fanout._maint_failed) and skipped.
+-- Never waits for a tenant: before a step it locks the topic's row without
+-- waiting (fanout._maint_lock_topic: a topic whose alter_topic or drop_topic
+-- is still open is passed by), and every other lock it takes on a topic's
+-- objects waits at most 200 ms (lock_timeout); a topic passed by either way
+-- is recorded in fanout.maint_skip (fanout.maint_skips()) and tried again by
+-- the next call.
 -- Raises: PGQ09 (not READ COMMITTED).
 -- Tables: fanout.topic, fanout.partition, fanout_data.*; reads pg_locks and pg_stat_activity.
 CREATE OR REPLACE FUNCTION fanout._manage_partitions(p_now timestamptz DEFAULT now())
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
+SET lock_timeout = '200ms'
 AS $fn$
 DECLARE
     r        record;
@@ -71,6 +77,7 @@ DECLARE
     v_since  timestamptz;
     v_timeout text;
     c_stale_wait constant interval := '10 minutes';
+    c_func       constant text := 'fanout._manage_partitions';
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
     IF current_setting('transaction_isolation') <> 'read committed' THEN
@@ -80,6 +87,8 @@ BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:manage_partitions', 0)) THEN
         RETURN 0;
     END IF;
+    DELETE FROM fanout.maint_skip s  -- of topics dropped since
+    WHERE s.func = c_func AND NOT EXISTS (SELECT 1 FROM fanout.topic t WHERE t.topic_id = s.topic_id);
     FOR r IN
         SELECT t.topic_id, t.seq_name, t.data_table, t.partition_interval, c.part_no, c.relname,
                coalesce(c.opened_at, c.created_at) AS opened_at,
@@ -96,12 +105,19 @@ BEGIN
         EXIT WHEN v_done >= 50;
         BEGIN  -- one topic's failure is logged and skipped (fanout._maint_failed)
         IF r.next_no IS NULL THEN
+            CONTINUE WHEN NOT fanout._maint_lock_topic(c_func, r.topic_id);
             PERFORM fanout._create_partition(r.topic_id, r.part_no + 1);
             v_done := v_done + 1;
         ELSE
             -- Jump only into a partition whose creation has committed: if this
             -- transaction rolled back after the jump, publish would fail.
             CONTINUE WHEN pg_xact_status(r.next_xid) IS DISTINCT FROM 'committed';
+            -- Steps 2 and 3 have work only when these hold (else the checks
+            -- below continue without touching the topic).
+            CONTINUE WHEN (r.next_refresh_xid IS NOT NULL
+                           AND (pg_xact_status(r.next_refresh_xid) IS DISTINCT FROM 'committed'
+                                OR (r.next_refresh_vxids IS NOT NULL AND r.opened_at > p_now - r.partition_interval)))
+                          OR NOT fanout._maint_lock_topic(c_func, r.topic_id);
             v_rel := format('fanout_data.%I', r.data_table)::regclass;
             IF r.next_refresh_xid IS NULL THEN
                 -- Step 2, once every transaction running when the creation
@@ -129,7 +145,9 @@ BEGIN
                     END IF;
                     PERFORM set_config('lock_timeout', v_timeout, true);
                 EXCEPTION WHEN lock_not_available THEN
-                    CONTINUE;  -- the subtransaction's rollback restored lock_timeout
+                    -- The subtransaction's rollback restored lock_timeout.
+                    PERFORM fanout._maint_skipped(c_func, r.topic_id, SQLERRM);
+                    CONTINUE;
                 END;
                 UPDATE fanout.partition p SET refresh_xid = pg_current_xact_id()
                 WHERE p.topic_id = r.topic_id AND p.part_no = r.next_no;
@@ -173,8 +191,11 @@ BEGIN
             WHERE p.topic_id = r.topic_id AND p.part_no = r.next_no;
             v_done := v_done + 1;
         END IF;
-        EXCEPTION WHEN OTHERS THEN
-            PERFORM fanout._maint_failed('fanout._manage_partitions', r.topic_id, NULL, SQLSTATE, SQLERRM);
+        EXCEPTION
+            WHEN lock_not_available THEN  -- another transaction's lock on the topic's objects, over 200 ms
+                PERFORM fanout._maint_skipped(c_func, r.topic_id, SQLERRM);
+            WHEN OTHERS THEN
+                PERFORM fanout._maint_failed(c_func, r.topic_id, NULL, SQLSTATE, SQLERRM);
         END;
     END LOOP;
     RETURN v_done;

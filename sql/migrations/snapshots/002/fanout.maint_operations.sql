@@ -11,12 +11,14 @@
 -- Reads fanout.topic, fanout.partition, fanout.lease, fanout.member,
 -- fanout.event_log, fanout.consumer_group, fanout.bitmap_job, fanout.topic_state,
 -- fanout.dedupe_sweep, fanout.seq_published.
+-- Raises: PGQ03 (now NULL or infinite), PGQ21.
 CREATE OR REPLACE FUNCTION fanout.maint_operations(now timestamptz DEFAULT now())
 RETURNS TABLE(func text, arg text)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
     SELECT fanout._authorize_all();  -- acts on every tenant
+    SELECT fanout._check_now($1);
     SELECT 'fanout._detect_dead_groups', NULL::text
     WHERE EXISTS (SELECT 1 FROM fanout.consumer_group g
                   WHERE g.status = 'active' AND g.group_name IS NOT NULL

@@ -12,16 +12,20 @@ SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 #variable_conflict use_column
 DECLARE
-    v_priv text := lower(btrim($3));
-    v_n    int;
+    v_priv    text := lower(btrim($3));
+    v_pattern text;
+    v_n       int;
 BEGIN
-    PERFORM fanout._check_grant_args($1, $2, v_priv);
+    -- Normalized once, here, before any check; checked, stored and logged
+    -- in that one form (fanout._check_name, fanout._check_grant_args).
+    v_pattern := fanout._check_name('pattern', $1);
+    PERFORM fanout._check_grant_args(v_pattern, $2, v_priv);
     DELETE FROM fanout.topic_grant g
-    WHERE g.pattern = normalize($1, NFC) AND g.role = $2 AND g.privilege = v_priv;
+    WHERE g.pattern = v_pattern AND g.role = $2 AND g.privilege = v_priv;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     IF v_n > 0 THEN
         INSERT INTO fanout.event_log (topic, kind, detail)
-        VALUES (normalize($1, NFC), 'topic_revoked', jsonb_build_object('role', $2::text, 'privilege', v_priv));
+        VALUES (v_pattern, 'topic_revoked', jsonb_build_object('role', $2::text, 'privilege', v_priv));
     END IF;
     RETURN v_n > 0;
 END

@@ -2,11 +2,19 @@
 -- without the pgq-scheduler sidecar (e.g. from pg_cron every minute): runs
 -- every operation fanout.maint_operations() lists until it returns 0, at most
 -- 100 times each. Returns the total work done.
+-- Never blocks on another transaction's lock for long: each operation runs
+-- with lock_timeout 1 second (restored when it returns); the
+-- operations pass by a tenant's locked topic themselves (fanout.maint_skips)
+-- and this is the bound for anything else. An operation that still meets
+-- lock_not_available is rolled back alone (WARNING) and the round goes on
+-- with the next one; the next round does it.
+-- Raises: PGQ03 (now NULL or infinite), PGQ21.
 -- Tables: as the operations it runs.
 CREATE OR REPLACE FUNCTION fanout.run_maintenance(now timestamptz DEFAULT now())
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
+SET lock_timeout = '1s'
 AS $fn$
 DECLARE
     p_now   ALIAS FOR $1;
@@ -16,14 +24,21 @@ DECLARE
     v_total bigint := 0;
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
+    PERFORM fanout._check_now(p_now);
     FOR r IN SELECT * FROM fanout.maint_operations(p_now) AS o LOOP
         v_fn := r.func::regproc;
         FOR i IN 1..100 LOOP
-            IF r.arg IS NULL THEN
-                EXECUTE format('SELECT %s(p_now => $1)', v_fn) INTO v_n USING p_now;
-            ELSE
-                EXECUTE format('SELECT %s($1, p_now => $2)', v_fn) INTO v_n USING r.arg, p_now;
-            END IF;
+            BEGIN
+                IF r.arg IS NULL THEN
+                    EXECUTE format('SELECT %s(p_now => $1)', v_fn) INTO v_n USING p_now;
+                ELSE
+                    EXECUTE format('SELECT %s($1, p_now => $2)', v_fn) INTO v_n USING r.arg, p_now;
+                END IF;
+            EXCEPTION WHEN lock_not_available THEN
+                RAISE WARNING 'fanout: run_maintenance: % waited too long for a lock and is left to the next round: %',
+                    v_fn, SQLERRM;
+                v_n := 0;
+            END;
             v_total := v_total + v_n;
             EXIT WHEN v_n = 0;
         END LOOP;

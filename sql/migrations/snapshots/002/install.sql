@@ -11,6 +11,7 @@
 {{ template "fanout._check_grant_args.sql" . }}
 {{ template "fanout._check_message.sql" . }}
 {{ template "fanout._check_name.sql" . }}
+{{ template "fanout._check_now.sql" . }}
 {{ template "fanout._check_order_options.sql" . }}
 {{ template "fanout._check_subscribe_limits.sql" . }}
 {{ template "fanout._check_topic_settings.sql" . }}
@@ -52,6 +53,8 @@
 {{ template "fanout._lock_group.sql" . }}
 {{ template "fanout._lock_lease.sql" . }}
 {{ template "fanout._maint_failed.sql" . }}
+{{ template "fanout._maint_lock_topic.sql" . }}
+{{ template "fanout._maint_skipped.sql" . }}
 {{ template "fanout._may.sql" . }}
 {{ template "fanout._may_see_grant.sql" . }}
 {{ template "fanout._next_id.sql" . }}
@@ -117,6 +120,7 @@
 {{ template "fanout.grant_topic.sql" . }}
 {{ template "fanout.groups_near_timeout.sql" . }}
 {{ template "fanout.log_action.sql" . }}
+{{ template "fanout.maint_skips.sql" . }}
 {{ template "fanout.message_status.sql" . }}
 {{ template "fanout.pause.sql" . }}
 {{ template "fanout.purge_dead_letters.sql" . }}
