@@ -45,6 +45,7 @@ func TestErrorsSweepEveryPublicFunction(t *testing.T) {
 	byType := map[string]string{
 		"text": "x", "bigint": "1", "integer": "1", "smallint": "1", "interval": "1 minute",
 		"timestamp with time zone": "now", "jsonb": "{}", "boolean": "false", "regrole": "fanout_admin",
+		"regclass": "pg_class",
 	}
 	long := strings.Repeat("x", 600)
 	hostile := map[string][]*string{
@@ -61,6 +62,7 @@ func TestErrorsSweepEveryPublicFunction(t *testing.T) {
 		"text[]":                   {nil, ptr("{}"), ptr("{NULL}"), ptr(`{""}`), ptr("{" + long + "}"), ptr(`{"a\u0001"}`)},
 		"bigint[]":                 {nil, ptr("{}"), ptr("{NULL}"), ptr("{-1}")},
 		"regrole":                  {nil, ptr(b.DBName + "_no_such_role")},
+		"regclass":                 {nil, ptr(""), ptr("no_such_table"), ptr(long), ptr("pg_class")},
 	}
 
 	type fn struct {
