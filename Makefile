@@ -28,8 +28,12 @@ help: ## list the targets and the variables they take
 	@echo "variables: TEST_PORT=$(TEST_PORT) RUN_PORT=$(RUN_PORT) BENCH_PORT=$(BENCH_PORT) RESTART_PORT=$(RESTART_PORT)"
 	@echo "           CRON_PORT=$(CRON_PORT) PGBOUNCER_PORT=$(PGBOUNCER_PORT) LISTEN=$(LISTEN) DATABASE_URL=<server>"
 
-build: ## build bin/pgq-scheduler
-	$(GO) build -o $(BIN) ./cmd/pgq-scheduler
+# The version stamped into the binary: v<VERSION>, plus +<commit> unless the
+# checkout is the release's tag (docs/releases.md).
+PGQ_VERSION = v$(shell cat VERSION)$(shell git describe --tags --exact-match --match 'v[0-9]*' >/dev/null 2>&1 || git rev-parse --short=12 HEAD 2>/dev/null | sed 's/^/+/')
+
+build: ## build bin/pgq-scheduler (version from VERSION, see `bin/pgq-scheduler version`)
+	$(GO) build -ldflags "-X main.version=$(PGQ_VERSION)" -o $(BIN) ./cmd/pgq-scheduler
 
 # With DATABASE_URL set, run against it; otherwise start the embedded default.
 run: build ## throwaway PostgreSQL + migrations + pgq-scheduler run (metrics on LISTEN)

@@ -37,8 +37,11 @@ import (
 	"github.com/pgfanout/pgq/orchestrator"
 )
 
-// version is set at build time with -ldflags "-X main.version=v1.2.3".
-var version = "dev"
+// version is set at build time with -ldflags "-X main.version=v1.2.3"
+// (make build, from the VERSION file); without it, versionString falls back
+// to the module version of `go install ...@vX.Y.Z`, then to VERSION as
+// embedded in package pgq (a `go install ./cmd/pgq-scheduler` from a checkout).
+var version = ""
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -328,10 +331,47 @@ func (c connDB) Ping(ctx context.Context) error { return c.Conn.Ping(ctx) }
 var migrationFile = regexp.MustCompile(`^\d+_.*\.sql$`)
 
 func versionString() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
+	return fmt.Sprintf("pgq-scheduler %s (%s, schema version %d, SQL %s)",
+		binaryVersion(), runtime.Version(), schemaVersion(), pgq.Version())
+}
+
+// binaryVersion is the version stamped at build time, else the module
+// version the binary was installed at, else the checkout's VERSION with the
+// VCS revision when the build recorded one.
+func binaryVersion() string {
+	if version != "" {
+		return version
 	}
+	bi, ok := debug.ReadBuildInfo()
+	if ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	v := "v" + pgq.Version()
+	if ok {
+		var rev, dirty string
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					dirty = "-dirty"
+				}
+			}
+		}
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if rev != "" {
+			v += "+" + rev + dirty
+		}
+	}
+	return v
+}
+
+// schemaVersion is the number of embedded migrations: the schema version
+// (public.fanout_schema_version) that `migrate` brings a database to.
+func schemaVersion() int {
 	n := 0
 	entries, _ := fs.ReadDir(pgq.Migrations(), ".")
 	for _, e := range entries {
@@ -339,7 +379,7 @@ func versionString() string {
 			n++
 		}
 	}
-	return fmt.Sprintf("pgq-scheduler %s (%s, schema version %d)", v, runtime.Version(), n)
+	return n
 }
 
 func printHelp(w io.Writer) {
@@ -349,7 +389,7 @@ Usage:
   pgq-scheduler migrate [flags]   apply the embedded migrations
   pgq-scheduler run     [flags]   run maintenance (one leader among all copies), serve the console, /metrics and /healthz
   pgq-scheduler status  [flags]   print topics, groups, lag, dead groups and backfills
-  pgq-scheduler version           print the version
+  pgq-scheduler version           print the binary's version and the schema and SQL versions it installs
 
 Every flag can also be set by an environment variable (DATABASE_URL, or PGQ_
 and the flag name in upper case with '-' as '_', e.g. PGQ_LEADER_TTL=30s) or

@@ -194,7 +194,7 @@ func TestHelpAndVersion(t *testing.T) {
 	require.Equal(t, out, out2)
 	out, _, err = cli(context.Background(), nil, "version")
 	require.NoError(t, err)
-	require.Regexp(t, `^pgq-scheduler \S+ \(go[0-9.]+, schema version \d+\)\n$`, out)
+	require.Regexp(t, `^pgq-scheduler v\d+\.\d+\.\d+\S* \(go[0-9.]+, schema version \d+, SQL \d+\.\d+\.\d+\S*\)\n$`, out)
 }
 
 // Flags beat the environment, which beats the config file, which beats the
