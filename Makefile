@@ -109,8 +109,12 @@ chaos: build
 	bin/pgq-chaos -port $(CHAOS_PORT) -failover-port $(CHAOS_FAILOVER_PORT) $(CHAOS_FLAGS)
 
 # The migrations must freeze exactly what sql/functions and sql/triggers hold.
-verify-sql: ## fail if sql/functions or sql/triggers differ from their frozen migrations
-	scripts/verify-sql.sh
+# Then the catalog diff (scripts/pgqrelease check) on the test cluster
+# (TEST_PORT) unless DATABASE_URL is set: docs/releases.md.
+verify-sql: ## fail if sql/functions or sql/triggers differ from their frozen migrations; catalog diff of fresh install vs upgrades
+	@set -e; \
+	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
+	DATABASE_URL=$$DATABASE_URL scripts/verify-sql.sh
 
 # Freeze sql/functions and sql/triggers into new numbered migrations.
 snapshot-sql: ## freeze sql/functions and sql/triggers into new numbered migrations
