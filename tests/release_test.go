@@ -114,10 +114,21 @@ func TestReleaseSyntheticUpgrade(t *testing.T) {
 	dir := synthClone(t, func(dir string) {
 		writeFile(t, filepath.Join(dir, "sql/functions/fanout.zz_synth.sql"), synthFn)
 		writeFile(t, filepath.Join(dir, "sql/functions/fanout.zz_gone.sql"), synthGone)
-		// A tree as it will be before its first release: no release recorded.
+		// The tree as if it had never been released (once real releases
+		// exist: no RELEASES lines, no upgrade migrations, no signatures),
+		// migrations 002/003 re-frozen from it.
 		b, err := os.ReadFile(filepath.Join(dir, "RELEASES"))
 		require.NoError(t, err)
-		require.NotRegexp(t, `(?m)^\d+\.\d+\.\d+\s`, string(b))
+		writeFile(t, filepath.Join(dir, "RELEASES"), regexp.MustCompile(`(?m)^\d+\.\d+\.\d+\s.*\n`).ReplaceAllString(string(b), ""))
+		for _, pat := range []string{"sql/migrations/[0-9]*_upgrade.sql", "sql/migrations/snapshots/*", release.SignaturesFile} {
+			matches, err := filepath.Glob(filepath.Join(dir, pat))
+			require.NoError(t, err)
+			for _, m := range matches {
+				if base := filepath.Base(m); base != "002" && base != "003" {
+					require.NoError(t, os.RemoveAll(m))
+				}
+			}
+		}
 		cmd := exec.Command("scripts/resnapshot-dev.sh")
 		cmd.Dir = dir
 		out, err := cmd.CombinedOutput()
@@ -216,4 +227,15 @@ func TestReleaseSyntheticUpgrade(t *testing.T) {
 	require.Len(t, problems, 1)
 	require.Regexp(t, regexp.MustCompile(`(?m)^-function fanout_data\.m\{s_queue\}_page\(.*work_mem=8MB`), problems[0])
 	require.Regexp(t, regexp.MustCompile(`(?m)^\+function fanout_data\.m\{s_queue\}_page\(`), problems[0])
+
+	// make build from the release's tag stamps its version; past the tag,
+	// the commit is appended.
+	git(t, dir, "checkout", "-q", "-f", "v0.0.1")
+	script(t, dir, admin, "make", "-s", "build")
+	out = script(t, dir, admin, "bin/pgq-scheduler", "version")
+	require.Regexp(t, `^pgq-scheduler v0\.0\.1 \(go[0-9.]+, schema version 3, SQL 0\.0\.1\)\n$`, out)
+	git(t, dir, "checkout", "-q", "-f", "main")
+	script(t, dir, admin, "make", "-s", "build")
+	out = script(t, dir, admin, "bin/pgq-scheduler", "version")
+	require.Regexp(t, `^pgq-scheduler v0\.0\.1\+[0-9a-f]{12} \(go[0-9.]+, schema version 4, SQL 0\.0\.1\)\n$`, out)
 }
