@@ -16,6 +16,8 @@ CHAOS_PORT     ?= 25435
 CHAOS_FAILOVER_PORT ?= 25436
 # TestChaosShort's clusters (this port and the next).
 CHAOS_CI_PORT  ?= $(shell expr $(TEST_PORT) + 11)
+# The backup/restore and uninstall test's second cluster.
+BACKUP_PORT    ?= $(shell expr $(TEST_PORT) + 12)
 LISTEN         ?= 127.0.0.1:9187
 
 .PHONY: all help build run test lint deps bench bench-quick chaos verify-sql snapshot-sql db-stop clean
@@ -26,7 +28,7 @@ help: ## list the targets and the variables they take
 	@echo "make TARGET [VAR=value ...]"
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 16
 	@echo "variables: TEST_PORT=$(TEST_PORT) RUN_PORT=$(RUN_PORT) BENCH_PORT=$(BENCH_PORT) RESTART_PORT=$(RESTART_PORT)"
-	@echo "           CRON_PORT=$(CRON_PORT) PGBOUNCER_PORT=$(PGBOUNCER_PORT) LISTEN=$(LISTEN) DATABASE_URL=<server>"
+	@echo "           CRON_PORT=$(CRON_PORT) PGBOUNCER_PORT=$(PGBOUNCER_PORT) BACKUP_PORT=$(BACKUP_PORT) LISTEN=$(LISTEN) DATABASE_URL=<server>"
 
 # The version stamped into the binary: v<VERSION>, plus +<commit> unless the
 # checkout is the release's tag (docs/releases.md).
@@ -61,7 +63,7 @@ test: build ## lint + Go tests + psql walkthrough + Python/Node examples + pg_cr
 	@set -e; \
 	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
 	export DATABASE_URL PGQ_TEST_RESTART_PORT=$(RESTART_PORT) PGQ_TEST_PGBOUNCER_PORT=$(PGBOUNCER_PORT) \
-	  PGQ_TEST_CONSOLE_LISTEN=$(LISTEN) PGQ_TEST_CHAOS_PORT=$(CHAOS_CI_PORT); \
+	  PGQ_TEST_CONSOLE_LISTEN=$(LISTEN) PGQ_TEST_CHAOS_PORT=$(CHAOS_CI_PORT) PGQ_TEST_BACKUP_PORT=$(BACKUP_PORT); \
 	trap 'scripts/test-cleanup.sh "$$DATABASE_URL" || true' EXIT; \
 	scripts/deps.sh ensure pg_cron pgbouncer psycopg node || { \
 	  echo "make test: a component the suite exercises is missing (see above): run 'sudo make deps', then make test" >&2; \
@@ -133,6 +135,7 @@ db-stop: ## stop the throwaway clusters (and the test PgBouncer)
 	-scripts/devdb.sh stop chaos-ci-side
 	-scripts/devdb.sh stop chaos-fo-p
 	-scripts/devdb.sh stop chaos-fo-s
+	-scripts/devdb.sh stop backup
 
 clean: db-stop ## stop the clusters and delete their data and bin/
 	rm -rf bin .pgq-dev

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
@@ -43,4 +44,48 @@ func MigrateURL(ctx context.Context, databaseURL string) (int32, error) {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	return Migrate(ctx, conn)
+}
+
+// Uninstall removes pgq from the database conn is connected to: the schemas
+// fanout_data (every topic's messages) and fanout (the catalog and the
+// functions), and the version table, in one transaction; with dropRoles
+// also the roles fanout_admin, fanout_producer and fanout_consumer (after
+// revoking what they were granted in this database: DROP OWNED BY). Roles
+// are cluster-wide: dropping them fails (2BP01) while another database
+// still grants them something (pgq installed there too); nothing is dropped
+// then. Nothing outside pgq's schemas is touched. Run it with no client or
+// pgq-scheduler connected: the DROPs wait for every lock on pgq's tables.
+func Uninstall(ctx context.Context, conn *pgx.Conn, dropRoles bool) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("uninstall: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	stmts := []string{
+		"DROP SCHEMA IF EXISTS fanout_data CASCADE",
+		"DROP SCHEMA IF EXISTS fanout CASCADE",
+		"DROP TABLE IF EXISTS " + VersionTable,
+	}
+	if dropRoles {
+		stmts = append(stmts, `DO $roles$
+DECLARE r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['fanout_admin', 'fanout_producer', 'fanout_consumer'] LOOP
+        IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
+            EXECUTE format('DROP OWNED BY %I', r);
+            EXECUTE format('DROP ROLE %I', r);
+        END IF;
+    END LOOP;
+END
+$roles$`)
+	}
+	for _, s := range stmts {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return fmt.Errorf("uninstall: %s: %w", strings.SplitN(s, "\n", 2)[0], err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("uninstall: %w", err)
+	}
+	return nil
 }
