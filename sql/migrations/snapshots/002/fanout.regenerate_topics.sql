@@ -7,10 +7,13 @@
 -- a generator reaches topics created before it. Every upgrade migration
 -- calls it. Each topic's generated functions are dropped first (a function
 -- an older generator made and the new one no longer does goes too; a changed
--- result type needs it) and made again, under the topic's row lock (FOR
--- UPDATE, like alter_topic and drop_topic; a topic dropped meanwhile is passed
--- by). Publishers and readers are not blocked: they see the old functions
--- until this transaction commits, then the new ones. Idempotent.
+-- result type needs it) and made again, under the topic's row lock (FOR NO
+-- KEY UPDATE: alter_topic and drop_topic wait, rows referencing the topic
+-- (a new group, a partition, a stamp) do not; a topic dropped meanwhile is
+-- passed by). Publishers and readers are not blocked: they see the old
+-- functions until this transaction commits, then the new ones. A topic
+-- created by a transaction that started before this one's commit is made by
+-- the generators it saw: run this again after it. Idempotent.
 -- Parameters: after_topic_id: start after this topic id (0: from the first);
 -- max_topics: at most this many topics (NULL: all), for callers that commit
 -- in batches. Returns the number of topics regenerated.
@@ -31,7 +34,7 @@ BEGIN
         SELECT t.topic_id FROM fanout.topic t
         WHERE t.topic_id > coalesce($1, 0) ORDER BY t.topic_id LIMIT $2
     LOOP
-        SELECT * INTO v_t FROM fanout.topic t WHERE t.topic_id = v_id FOR UPDATE;
+        SELECT * INTO v_t FROM fanout.topic t WHERE t.topic_id = v_id FOR NO KEY UPDATE;
         CONTINUE WHEN NOT FOUND;
         FOR v_fn IN
             SELECT p.oid::regprocedure FROM pg_proc p
