@@ -16,11 +16,11 @@ CHAOS_PORT     ?= 25435
 CHAOS_FAILOVER_PORT ?= 25436
 # TestChaosShort's clusters (this port and the next).
 CHAOS_CI_PORT  ?= $(shell expr $(TEST_PORT) + 11)
-# The backup/restore and uninstall test's second cluster.
-BACKUP_PORT    ?= $(shell expr $(TEST_PORT) + 12)
+# The backup/restore and uninstall test's second cluster (after CHAOS_CI_PORT's two).
+BACKUP_PORT    ?= $(shell expr $(TEST_PORT) + 13)
 LISTEN         ?= 127.0.0.1:9187
 
-.PHONY: all help build run test lint deps bench bench-quick chaos verify-sql snapshot-sql db-stop clean
+.PHONY: all help build run test lint deps bench bench-quick chaos verify-sql snapshot-sql gen-upgrade db-stop clean
 
 all: build
 
@@ -118,10 +118,18 @@ verify-sql: ## fail if sql/functions or sql/triggers differ from their frozen mi
 	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
 	DATABASE_URL=$$DATABASE_URL scripts/verify-sql.sh
 
-# Freeze sql/functions and sql/triggers into new numbered migrations.
-snapshot-sql: ## freeze sql/functions and sql/triggers into new numbered migrations
+# Freeze sql/functions and sql/triggers into new numbered migrations. Once a
+# release exists, its upgrade migration is generated instead (gen-upgrade).
+snapshot-sql: ## freeze sql/functions and sql/triggers into new numbered migrations (before the first release)
+	@! grep -qE '^[0-9]+\.[0-9]+\.[0-9]+[[:space:]]' RELEASES || { echo "snapshot-sql: a release exists: run make gen-upgrade (docs/releases.md)" >&2; exit 1; }
 	$(GO) tool tern code snapshot sql/functions --migrations sql/migrations
 	$(GO) tool tern code snapshot sql/triggers --migrations sql/migrations
+
+# After a release: the one migration from the last release to this tree.
+gen-upgrade: ## write the upgrade migration from the last release in RELEASES (docs/releases.md)
+	@set -e; \
+	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
+	DATABASE_URL=$$DATABASE_URL scripts/gen-upgrade.sh
 
 db-stop: ## stop the throwaway clusters (and the test PgBouncer)
 	-scripts/devdb.sh stop run

@@ -18,7 +18,7 @@ import (
 
 // backupCluster is the second throwaway cluster of the backup/restore and
 // uninstall test: a database is restored into it, and its roles are dropped.
-// Port PGQ_TEST_BACKUP_PORT (make test sets it from BACKUP_PORT), 25445
+// Port PGQ_TEST_BACKUP_PORT (make test sets it from BACKUP_PORT), 25446
 // when unset.
 const backupCluster = "backup"
 
@@ -26,7 +26,7 @@ func backupPort() string {
 	if p := os.Getenv("PGQ_TEST_BACKUP_PORT"); p != "" {
 		return p
 	}
-	return "25445"
+	return "25446"
 }
 
 // pgBin finds a PostgreSQL client program, preferring the newest server
