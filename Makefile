@@ -20,7 +20,7 @@ CHAOS_CI_PORT  ?= $(shell expr $(TEST_PORT) + 11)
 BACKUP_PORT    ?= $(shell expr $(TEST_PORT) + 13)
 LISTEN         ?= 127.0.0.1:9187
 
-.PHONY: all help build run test lint deps bench bench-quick chaos verify-sql snapshot-sql gen-upgrade db-stop clean
+.PHONY: all help build run test lint deps bench bench-quick chaos verify-sql snapshot-sql gen-upgrade upgrade-test db-stop clean
 
 all: build
 
@@ -124,6 +124,14 @@ snapshot-sql: ## freeze sql/functions and sql/triggers into new numbered migrati
 	@! grep -qE '^[0-9]+\.[0-9]+\.[0-9]+[[:space:]]' RELEASES || { echo "snapshot-sql: a release exists: run make gen-upgrade (docs/releases.md)" >&2; exit 1; }
 	$(GO) tool tern code snapshot sql/functions --migrations sql/migrations
 	$(GO) tool tern code snapshot sql/triggers --migrations sql/migrations
+
+# The upgrade test with traffic (tests/upgrade_traffic_test.go) from release
+# FROM (a tag or commit; default: the newest in RELEASES, else a synthetic
+# release of this tree). make test runs it too, with the default.
+upgrade-test: ## upgrade with producers and consumers running: make upgrade-test FROM=vX.Y.Z
+	@set -e; \
+	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
+	DATABASE_URL=$$DATABASE_URL PGQ_UPGRADE_FROM=$(FROM) $(GO) test -count=1 -timeout 15m -run 'TestUpgradeWithTraffic$$' -v ./tests
 
 # After a release: the one migration from the last release to this tree.
 gen-upgrade: ## write the upgrade migration from the last release in RELEASES (docs/releases.md)
