@@ -234,6 +234,16 @@ func TestReleaseSyntheticUpgrade(t *testing.T) {
 	script(t, dir, admin, "make", "-s", "build")
 	out = script(t, dir, admin, "bin/pgq-scheduler", "version")
 	require.Regexp(t, `^pgq-scheduler v0\.0\.1 \(go[0-9.]+, schema version 3, SQL 0\.0\.1\)\n$`, out)
+	// The README's install line: go install from the checkout (no -ldflags:
+	// the version comes from the embedded VERSION).
+	gobin := t.TempDir()
+	cmd := exec.Command("go", "install", "./cmd/pgq-scheduler")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOBIN="+gobin)
+	o, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go install: %s", o)
+	out = script(t, dir, admin, filepath.Join(gobin, "pgq-scheduler"), "version")
+	require.Regexp(t, `^pgq-scheduler v0\.0\.1(\+[0-9a-f]{12})? \(go[0-9.]+, schema version 3, SQL 0\.0\.1\)\n$`, out)
 	git(t, dir, "checkout", "-q", "-f", "main")
 	script(t, dir, admin, "make", "-s", "build")
 	out = script(t, dir, admin, "bin/pgq-scheduler", "version")
