@@ -55,6 +55,7 @@ git commit -q -m "release $v"
 git tag -a "v$v" -m "pgq $v"
 commit=$(git rev-parse HEAD)
 
+sed -i '/^# No release yet/d' RELEASES
 printf '%s %s\n' "$v" "$commit" >> RELEASES
 for f in sql/upgrade/before.sql sql/upgrade/after.sql; do
   [ -e "$f" ] || continue

@@ -89,7 +89,7 @@ func TestBackupRestoreOtherClusterAndUninstall(t *testing.T) {
 	admin := testdb.ServerURL(t)
 	other := startCluster(t, backupCluster, backupPort())
 
-	src, drop, err := release.TempDB(ctx, admin, "pgq_backup_src")
+	src, drop, err := release.TempDB(ctx, admin, "pgq_t_backup_src")
 	require.NoError(t, err)
 	t.Cleanup(drop)
 	_, err = orchestrator.MigrateURL(ctx, src)
@@ -114,7 +114,7 @@ func TestBackupRestoreOtherClusterAndUninstall(t *testing.T) {
 	roles := filepath.Join(t.TempDir(), "roles.sql")
 	runCmd(t, pgBin(t, "pg_dumpall"), "--roles-only", "-d", admin, "-f", roles)
 	runCmd(t, pgBin(t, "psql"), "-q", "-d", other, "-f", roles)
-	dst, dropDst, err := release.TempDB(ctx, other, "pgq_restored")
+	dst, dropDst, err := release.TempDB(ctx, other, "pgq_t_restored")
 	require.NoError(t, err)
 	t.Cleanup(dropDst)
 	runCmd(t, pgBin(t, "pg_restore"), "--exit-on-error", "-d", dst, file)
@@ -150,7 +150,7 @@ func TestBackupRestoreOtherClusterAndUninstall(t *testing.T) {
 		END $r$;
 		GRANT fanout_producer TO pgq_test_app;
 		GRANT SELECT ON public.orders TO pgq_test_app`))
-	second, dropSecond, err := release.TempDB(ctx, other, "pgq_second")
+	second, dropSecond, err := release.TempDB(ctx, other, "pgq_t_second")
 	require.NoError(t, err)
 	t.Cleanup(dropSecond)
 	_, err = orchestrator.MigrateURL(ctx, second)

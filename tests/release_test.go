@@ -195,7 +195,7 @@ func TestReleaseSyntheticUpgrade(t *testing.T) {
 	// By hand: 0.0.1 with topics; the old page function; migrate (twice).
 	old, err := release.Extract(dir, rels[0].Commit, t.TempDir(), "sql/migrations")
 	require.NoError(t, err)
-	db, drop, err := release.TempDB(ctx, admin, "pgq_synth")
+	db, drop, err := release.TempDB(ctx, admin, "pgq_t_synth")
 	require.NoError(t, err)
 	t.Cleanup(drop)
 	v, err := release.Install(ctx, db, os.DirFS(filepath.Join(old, "sql/migrations")))

@@ -201,7 +201,7 @@ func TestUpgradeWithTraffic(t *testing.T) {
 	oldClient := filepath.Join(bin, "pgq-oldclient")
 	goBuild(t, oldDir, "./cmd/pgq-oldclient", oldClient)
 
-	db, drop, err := release.TempDB(ctx, admin, "pgq_upgrade")
+	db, drop, err := release.TempDB(ctx, admin, "pgq_t_upgrade")
 	require.NoError(t, err)
 	t.Cleanup(drop)
 	out := runCmd(t, oldBin, "migrate", "--database-url", db)

@@ -26,7 +26,7 @@ import (
 // It returns one report per mismatch, each with its diff. log gets progress.
 func CheckCatalog(ctx context.Context, adminURL, root, tmp string, log func(string)) ([]string, error) {
 	migrations := os.DirFS(filepath.Join(root, "sql", "migrations"))
-	fresh, drop, err := TempDB(ctx, adminURL, "pgq_fresh")
+	fresh, drop, err := TempDB(ctx, adminURL, "pgq_t_fresh")
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +101,7 @@ func upgradeDiff(ctx context.Context, adminURL, root, tmp string, r Release, wan
 		return "", err
 	}
 	defer os.RemoveAll(dir)
-	db, drop, err := TempDB(ctx, adminURL, "pgq_upgraded")
+	db, drop, err := TempDB(ctx, adminURL, "pgq_t_upgraded")
 	if err != nil {
 		return "", err
 	}

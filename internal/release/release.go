@@ -120,8 +120,9 @@ func Install(ctx context.Context, dbURL string, fsys fs.FS) (int32, error) {
 	return m.GetCurrentVersion(ctx)
 }
 
-// TempDB creates a new database on the server of adminURL and returns its
-// URL and a function that drops it.
+// TempDB creates a new database <prefix>_<random> on the server of adminURL
+// and returns its URL and a function that drops it. Callers name it
+// pgq_t_..., so scripts/test-cleanup.sh drops what a killed run left.
 func TempDB(ctx context.Context, adminURL, prefix string) (string, func(), error) {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])

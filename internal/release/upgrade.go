@@ -53,7 +53,7 @@ func Signatures(ctx context.Context, dbURL string) ([]string, error) {
 // FreshSignatures installs root's migrations into a temporary database on
 // adminURL's server and returns its signature lines.
 func FreshSignatures(ctx context.Context, adminURL, root string) ([]string, error) {
-	db, drop, err := TempDB(ctx, adminURL, "pgq_sigs")
+	db, drop, err := TempDB(ctx, adminURL, "pgq_t_sigs")
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +70,7 @@ func FreshSignatures(ctx context.Context, adminURL, root string) ([]string, erro
 // every function and view of schema fanout dropped, root's code packages
 // installed.
 func codeSignatures(ctx context.Context, adminURL, root, prevDir string) ([]string, error) {
-	db, drop, err := TempDB(ctx, adminURL, "pgq_sigs")
+	db, drop, err := TempDB(ctx, adminURL, "pgq_t_sigs")
 	if err != nil {
 		return nil, err
 	}
