@@ -2,10 +2,12 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/tern/v2/migrate"
 
 	"github.com/pgfanout/pgq"
@@ -27,6 +29,9 @@ func Migrate(ctx context.Context, conn *pgx.Conn) (int32, error) {
 		return 0, fmt.Errorf("migrate: load: %w", err)
 	}
 	if err := m.Migrate(ctx); err != nil {
+		if hint := ternDefaultTableHint(ctx, conn, err); hint != "" {
+			return 0, fmt.Errorf("migrate: %w (%s)", err, hint)
+		}
 		return 0, fmt.Errorf("migrate: %w", err)
 	}
 	v, err := m.GetCurrentVersion(ctx)
@@ -34,6 +39,24 @@ func Migrate(ctx context.Context, conn *pgx.Conn) (int32, error) {
 		return 0, fmt.Errorf("migrate: version: %w", err)
 	}
 	return v, nil
+}
+
+// ternDefaultTableHint explains a 42P06 (schema "fanout" already exists)
+// from a database that the tern CLI migrated without --version-table: its
+// version is in public.schema_version, so this migrator saw version 0.
+func ternDefaultTableHint(ctx context.Context, conn *pgx.Conn, err error) string {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42P06" {
+		return ""
+	}
+	var v *int32
+	if conn.QueryRow(ctx, `SELECT (SELECT version FROM public.schema_version LIMIT 1)
+		WHERE to_regclass('public.schema_version') IS NOT NULL`).Scan(&v) != nil || v == nil {
+		return ""
+	}
+	return fmt.Sprintf("pgq was installed by the tern CLI without --version-table %[1]s: its version (%[2]d) is in "+
+		"public.schema_version; run UPDATE %[1]s SET version = %[2]d (and DROP TABLE public.schema_version if it "+
+		"tracks only pgq), then migrate again; always pass --version-table %[1]s to tern", VersionTable, *v)
 }
 
 // MigrateURL connects to databaseURL, migrates it and disconnects.
