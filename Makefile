@@ -20,9 +20,11 @@ CHAOS_FAILOVER_PORT ?= 25436
 CHAOS_CI_PORT  ?= $(shell expr $(TEST_PORT) + 11)
 # TestStaleAckAfterAsyncFailover's primary and standby (this port and the next).
 FAILOVER_PORT  ?= $(shell expr $(TEST_PORT) + 13)
+# The backup/restore and uninstall test's second cluster (after FAILOVER_PORT's two).
+BACKUP_PORT    ?= $(shell expr $(TEST_PORT) + 15)
 LISTEN         ?= 127.0.0.1:9187
 
-.PHONY: all help build run test lint deps bench bench-quick chaos verify-sql snapshot-sql db-stop clean
+.PHONY: all help build run test lint deps bench bench-quick chaos verify-sql snapshot-sql gen-upgrade upgrade-test db-stop clean
 
 all: build
 
@@ -30,10 +32,15 @@ help: ## list the targets and the variables they take
 	@echo "make TARGET [VAR=value ...]"
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 16
 	@echo "variables: TEST_PORT=$(TEST_PORT) RUN_PORT=$(RUN_PORT) BENCH_PORT=$(BENCH_PORT) RESTART_PORT=$(RESTART_PORT)"
-	@echo "           CRON_PORT=$(CRON_PORT) PGBOUNCER_PORT=$(PGBOUNCER_PORT) TWOPC_PORT=$(TWOPC_PORT) LISTEN=$(LISTEN) DATABASE_URL=<server>"
+	@echo "           CRON_PORT=$(CRON_PORT) PGBOUNCER_PORT=$(PGBOUNCER_PORT) TWOPC_PORT=$(TWOPC_PORT) BACKUP_PORT=$(BACKUP_PORT)"
+	@echo "           FAILOVER_PORT=$(FAILOVER_PORT) LISTEN=$(LISTEN) DATABASE_URL=<server>"
 
-build: ## build bin/pgq-scheduler
-	$(GO) build -o $(BIN) ./cmd/pgq-scheduler
+# The version stamped into the binary: v<VERSION>, plus +<commit> unless the
+# checkout is the release's tag (docs/releases.md).
+PGQ_VERSION = v$(shell cat VERSION)$(shell git describe --tags --exact-match --match 'v[0-9]*' >/dev/null 2>&1 || git rev-parse --short=12 HEAD 2>/dev/null | sed 's/^/+/')
+
+build: ## build bin/pgq-scheduler (version from VERSION, see `bin/pgq-scheduler version`)
+	$(GO) build -ldflags "-X main.version=$(PGQ_VERSION)" -o $(BIN) ./cmd/pgq-scheduler
 
 # With DATABASE_URL set, run against it; otherwise start the embedded default.
 run: build ## throwaway PostgreSQL + migrations + pgq-scheduler run (metrics on LISTEN)
@@ -62,7 +69,7 @@ test: build ## lint + Go tests + psql walkthrough + Python/Node examples + pg_cr
 	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
 	export DATABASE_URL PGQ_TEST_RESTART_PORT=$(RESTART_PORT) PGQ_TEST_PGBOUNCER_PORT=$(PGBOUNCER_PORT) \
 	  PGQ_TEST_CHAOS_PORT=$(CHAOS_CI_PORT) PGQ_TEST_TWOPC_PORT=$(TWOPC_PORT) PGQ_TEST_NOT_RUN=$(CURDIR)/.pgq-dev/not-run.log \
-	  PGQ_TEST_FAILOVER_PORT=$(FAILOVER_PORT); \
+	  PGQ_TEST_FAILOVER_PORT=$(FAILOVER_PORT) PGQ_TEST_BACKUP_PORT=$(BACKUP_PORT); \
 	trap 'scripts/test-cleanup.sh "$$DATABASE_URL" || true' EXIT; \
 	scripts/deps.sh ensure pg_cron pgbouncer psycopg node promtool || { \
 	  echo "make test: a component the suite exercises is missing (see above): run 'sudo make deps', then make test" >&2; \
@@ -116,13 +123,33 @@ chaos: build
 	bin/pgq-chaos -port $(CHAOS_PORT) -failover-port $(CHAOS_FAILOVER_PORT) $(CHAOS_FLAGS)
 
 # The migrations must freeze exactly what sql/functions and sql/triggers hold.
-verify-sql: ## fail if sql/functions or sql/triggers differ from their frozen migrations
-	scripts/verify-sql.sh
+# Then the catalog diff (scripts/pgqrelease check) on the test cluster
+# (TEST_PORT) unless DATABASE_URL is set: docs/releases.md.
+verify-sql: ## fail if sql/functions or sql/triggers differ from their frozen migrations; catalog diff of fresh install vs upgrades
+	@set -e; \
+	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
+	DATABASE_URL=$$DATABASE_URL scripts/verify-sql.sh
 
-# Freeze sql/functions and sql/triggers into new numbered migrations.
-snapshot-sql: ## freeze sql/functions and sql/triggers into new numbered migrations
+# Freeze sql/functions and sql/triggers into new numbered migrations. Once a
+# release exists, its upgrade migration is generated instead (gen-upgrade).
+snapshot-sql: ## freeze sql/functions and sql/triggers into new numbered migrations (before the first release)
+	@! grep -qE '^[0-9]+\.[0-9]+\.[0-9]+[[:space:]]' RELEASES || { echo "snapshot-sql: a release exists: run make gen-upgrade (docs/releases.md)" >&2; exit 1; }
 	$(GO) tool tern code snapshot sql/functions --migrations sql/migrations
 	$(GO) tool tern code snapshot sql/triggers --migrations sql/migrations
+
+# The upgrade test with traffic (tests/upgrade_traffic_test.go) from release
+# FROM (a tag or commit; default: the newest in RELEASES, else a synthetic
+# release of this tree). make test runs it too, with the default.
+upgrade-test: ## upgrade with producers and consumers running: make upgrade-test FROM=vX.Y.Z
+	@set -e; \
+	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
+	DATABASE_URL=$$DATABASE_URL PGQ_UPGRADE_FROM=$(FROM) $(GO) test -count=1 -timeout 15m -run 'TestUpgradeWithTraffic$$' -v ./tests
+
+# After a release: the one migration from the last release to this tree.
+gen-upgrade: ## write the upgrade migration from the last release in RELEASES (docs/releases.md)
+	@set -e; \
+	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
+	DATABASE_URL=$$DATABASE_URL scripts/gen-upgrade.sh
 
 db-stop: ## stop the throwaway clusters (and the test PgBouncer)
 	-scripts/devdb.sh stop run
@@ -139,6 +166,7 @@ db-stop: ## stop the throwaway clusters (and the test PgBouncer)
 	-scripts/devdb.sh stop chaos-fo-s
 	-scripts/devdb.sh stop fence-p
 	-scripts/devdb.sh stop fence-s
+	-scripts/devdb.sh stop backup
 
 clean: db-stop ## stop the clusters and delete their data and bin/
 	rm -rf bin .pgq-dev

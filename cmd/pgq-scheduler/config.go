@@ -26,6 +26,9 @@ type options struct {
 	logLevel       string
 	connectTimeout time.Duration
 
+	// uninstall only
+	dropRoles bool
+
 	// run only
 	listen                string
 	migrate               bool
@@ -57,6 +60,9 @@ func newFlagSet(cmd string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.configFile, "config", "", "config file of key = value lines named like these flags")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (JSON logs on stderr)")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 10*time.Second, "how long to wait for the database at startup")
+	if cmd == "uninstall" {
+		fs.BoolVar(&o.dropRoles, "roles", false, "also drop the roles fanout_admin, fanout_producer and fanout_consumer (cluster-wide)")
+	}
 	if cmd != "run" {
 		return fs
 	}
@@ -90,6 +96,7 @@ func newFlagSet(cmd string, o *options) *flag.FlagSet {
 func allKeys() map[string]bool {
 	keys := map[string]bool{}
 	newFlagSet("run", &options{}).VisitAll(func(f *flag.Flag) { keys[f.Name] = true })
+	newFlagSet("uninstall", &options{}).VisitAll(func(f *flag.Flag) { keys[f.Name] = true })
 	return keys
 }
 

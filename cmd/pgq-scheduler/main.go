@@ -6,6 +6,7 @@
 //	pgq-scheduler run     --database-url URL --listen 127.0.0.1:9187
 //	pgq-scheduler status  --database-url URL
 //	pgq-scheduler version
+//	pgq-scheduler uninstall [--roles] --database-url URL
 //
 // Run `pgq-scheduler help` for every flag; each also reads from an
 // environment variable and from the --config file.
@@ -37,8 +38,11 @@ import (
 	"github.com/pgfanout/pgq/orchestrator"
 )
 
-// version is set at build time with -ldflags "-X main.version=v1.2.3".
-var version = "dev"
+// version is set at build time with -ldflags "-X main.version=v1.2.3"
+// (make build, from the VERSION file); without it, versionString falls back
+// to the module version of `go install ...@vX.Y.Z`, then to VERSION as
+// embedded in package pgq (a `go install ./cmd/pgq-scheduler` from a checkout).
+var version = ""
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -63,7 +67,7 @@ func (e usageError) Unwrap() error { return e.error }
 // run is the whole program; main only adds signals and the exit status.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{errors.New("missing command: migrate, run, status or version (see: pgq-scheduler help)")}
+		return usageError{errors.New("missing command: migrate, run, status, uninstall or version (see: pgq-scheduler help)")}
 	}
 	cmd := args[0]
 	switch cmd {
@@ -73,9 +77,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, versionString())
 		return nil
-	case "migrate", "run", "status":
+	case "migrate", "run", "status", "uninstall":
 	default:
-		return usageError{fmt.Errorf("unknown command %q: want migrate, run, status or version (see: pgq-scheduler help)", cmd)}
+		return usageError{fmt.Errorf("unknown command %q: want migrate, run, status, uninstall or version (see: pgq-scheduler help)", cmd)}
 	}
 	o, err := parseOptions(cmd, args[1:], getenv)
 	if errors.Is(err, flag.ErrHelp) {
@@ -100,6 +104,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runMigrate(ctx, o, stdout)
 	case "status":
 		return runStatus(ctx, o, stdout)
+	case "uninstall":
+		return runUninstall(ctx, o, stdout)
 	default:
 		return runScheduler(ctx, o, logger)
 	}
@@ -147,6 +153,23 @@ func runMigrate(ctx context.Context, o *options, stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "pgq-scheduler: schema at version %d\n", v)
+	return nil
+}
+
+func runUninstall(ctx context.Context, o *options, stdout io.Writer) error {
+	conn, err := connect(ctx, "uninstall", o)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := orchestrator.Uninstall(ctx, conn, o.dropRoles); err != nil {
+		return err
+	}
+	msg := "pgq-scheduler: removed schemas fanout and fanout_data and " + orchestrator.VersionTable
+	if o.dropRoles {
+		msg += ", and the roles fanout_admin, fanout_producer and fanout_consumer"
+	}
+	fmt.Fprintln(stdout, msg)
 	return nil
 }
 
@@ -329,10 +352,47 @@ func (c connDB) Ping(ctx context.Context) error { return c.Conn.Ping(ctx) }
 var migrationFile = regexp.MustCompile(`^\d+_.*\.sql$`)
 
 func versionString() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
+	return fmt.Sprintf("pgq-scheduler %s (%s, schema version %d, SQL %s)",
+		binaryVersion(), runtime.Version(), schemaVersion(), pgq.Version())
+}
+
+// binaryVersion is the version stamped at build time, else the module
+// version the binary was installed at, else the checkout's VERSION with the
+// VCS revision when the build recorded one.
+func binaryVersion() string {
+	if version != "" {
+		return version
 	}
+	bi, ok := debug.ReadBuildInfo()
+	if ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	v := "v" + pgq.Version()
+	if ok {
+		var rev, dirty string
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					dirty = "-dirty"
+				}
+			}
+		}
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if rev != "" {
+			v += "+" + rev + dirty
+		}
+	}
+	return v
+}
+
+// schemaVersion is the number of embedded migrations: the schema version
+// (public.fanout_schema_version) that `migrate` brings a database to.
+func schemaVersion() int {
 	n := 0
 	entries, _ := fs.ReadDir(pgq.Migrations(), ".")
 	for _, e := range entries {
@@ -340,7 +400,7 @@ func versionString() string {
 			n++
 		}
 	}
-	return fmt.Sprintf("pgq-scheduler %s (%s, schema version %d)", v, runtime.Version(), n)
+	return n
 }
 
 func printHelp(w io.Writer) {
@@ -350,7 +410,9 @@ Usage:
   pgq-scheduler migrate [flags]   apply the embedded migrations
   pgq-scheduler run     [flags]   run maintenance (one leader among all copies), serve the console, /metrics and /healthz
   pgq-scheduler status  [flags]   print topics, groups, lag, dead groups and backfills
-  pgq-scheduler version           print the version
+  pgq-scheduler uninstall [flags] remove pgq from the database (schemas fanout and fanout_data, the
+                                  version table; --roles: the three roles too); nothing else is touched
+  pgq-scheduler version           print the binary's version and the schema and SQL versions it installs
 
 Every flag can also be set by an environment variable (DATABASE_URL, or PGQ_
 and the flag name in upper case with '-' as '_', e.g. PGQ_LEADER_TTL=30s) or
@@ -359,16 +421,19 @@ schedule.FUNC = SPEC and timeout.FUNC = DURATION per function). Flags win over
 the environment, which wins over the file.
 
 `)
-	for _, cmd := range []string{"migrate", "run"} {
-		title := "Flags of migrate, status and run:"
-		if cmd == "run" {
+	for _, cmd := range []string{"migrate", "uninstall", "run"} {
+		title := "Flags of migrate, status, uninstall and run:"
+		switch cmd {
+		case "uninstall":
+			title = "Flags of uninstall only:"
+		case "run":
 			title = "Flags of run only:"
 		}
 		fmt.Fprintln(w, title)
 		common := map[string]bool{}
 		newFlagSet("migrate", &options{}).VisitAll(func(f *flag.Flag) { common[f.Name] = true })
 		newFlagSet(cmd, &options{}).VisitAll(func(f *flag.Flag) {
-			if cmd == "run" && common[f.Name] {
+			if cmd != "migrate" && common[f.Name] {
 				return
 			}
 			def := ""

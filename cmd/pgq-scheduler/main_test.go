@@ -203,7 +203,7 @@ func TestHelpAndVersion(t *testing.T) {
 	require.Equal(t, out, out2)
 	out, _, err = cli(context.Background(), nil, "version")
 	require.NoError(t, err)
-	require.Regexp(t, `^pgq-scheduler \S+ \(go[0-9.]+, schema version \d+\)\n$`, out)
+	require.Regexp(t, `^pgq-scheduler v\d+\.\d+\.\d+\S* \(go[0-9.]+, schema version \d+, SQL \d+\.\d+\.\d+\S*\)\n$`, out)
 }
 
 // Flags beat the environment, which beats the config file, which beats the
@@ -285,6 +285,33 @@ func TestMigrateFreshDatabase(t *testing.T) {
 	out, _, err = cli(b.ctx, nil, "status", "--database-url", url)
 	require.NoError(t, err)
 	require.Contains(t, out, "no topics")
+
+	// uninstall (no --roles: they are shared with every test database)
+	// removes what migrate made and nothing else; migrate installs again.
+	uc, err := pgx.Connect(b.ctx, url)
+	require.NoError(t, err)
+	_, err = uc.Exec(b.ctx, `CREATE TABLE public.mine (x int); INSERT INTO public.mine VALUES (7);
+		SELECT fanout.create_topic('t'); SELECT fanout.publish('t', '{}')`)
+	require.NoError(t, err)
+	uc.Close(b.ctx)
+	out, _, err = cli(b.ctx, nil, "uninstall", "--database-url", url)
+	require.NoError(t, err)
+	require.Equal(t, "pgq-scheduler: removed schemas fanout and fanout_data and public.fanout_schema_version\n", out)
+	uc, err = pgx.Connect(b.ctx, url)
+	require.NoError(t, err)
+	defer uc.Close(b.ctx)
+	var left, mine, roles int
+	require.NoError(t, uc.QueryRow(b.ctx, `SELECT (SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'fanout%')
+		+ (SELECT count(*) FROM pg_class WHERE relname = 'fanout_schema_version'),
+		(SELECT x FROM public.mine), (SELECT count(*) FROM pg_roles WHERE rolname LIKE 'fanout\_%')`).Scan(&left, &mine, &roles))
+	require.Equal(t, 0, left)
+	require.Equal(t, 7, mine)
+	require.Equal(t, 3, roles, "roles stay without --roles")
+	_, _, err = cli(b.ctx, nil, "status", "--database-url", url)
+	require.EqualError(t, err, "status: schema fanout is not installed (run: pgq-scheduler migrate)")
+	again, _, err = cli(b.ctx, nil, "migrate", "--database-url", url)
+	require.NoError(t, err)
+	require.Regexp(t, `^pgq-scheduler: schema at version \d+\n$`, again)
 }
 
 func randHex() string {

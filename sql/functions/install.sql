@@ -124,6 +124,7 @@
 {{ template "fanout.message_status.sql" . }}
 {{ template "fanout.pause.sql" . }}
 {{ template "fanout.purge_dead_letters.sql" . }}
+{{ template "fanout.regenerate_topics.sql" . }}
 {{ template "fanout.remove_group.sql" . }}
 {{ template "fanout.replay.sql" . }}
 {{ template "fanout.replay_dead_letters.sql" . }}
@@ -155,5 +156,6 @@
 {{ template "fanout.topic_grants.sql" . }}
 {{ template "fanout.topics.sql" . }}
 {{ template "fanout.uncapture_table.sql" . }}
+{{ template "fanout.version.sql" . }}
 -- Privileges, after every definition.
 {{ template "_grants.sql" . }}

@@ -94,3 +94,6 @@ GRANT SELECT ON fanout.partitions TO fanout_admin, fanout_consumer;
 GRANT EXECUTE ON FUNCTION fanout.partition_stats() TO fanout_admin, fanout_consumer;
 GRANT SELECT ON fanout.sequence_gaps TO fanout_admin, fanout_consumer;
 GRANT SELECT ON fanout.topic_grants TO fanout_admin, fanout_producer, fanout_consumer;
+
+-- The installed version (fanout.version): anyone with a pgq role may ask.
+GRANT EXECUTE ON FUNCTION fanout.version() TO fanout_admin, fanout_producer, fanout_consumer;

@@ -1,0 +1,4 @@
+-- sql/upgrade/after.sql — hand-written backfills of the next release, run by
+-- its upgrade migration after the changed functions and before
+-- fanout.regenerate_topics(). Keep each statement bounded: the migration is
+-- one transaction. scripts/release.sh empties it after the release.

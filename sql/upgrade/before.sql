@@ -1,0 +1,6 @@
+-- sql/upgrade/before.sql — hand-written schema changes of the next release,
+-- run by its upgrade migration before the changed functions (a new column, a
+-- table, an index, a per-topic object for existing topics: loop over
+-- fanout.topic and use format('%I')). A fresh install runs it too (it replays
+-- every migration), so write it for both. scripts/gen-upgrade.sh copies it into
+-- the migration; scripts/release.sh empties it after the release.
