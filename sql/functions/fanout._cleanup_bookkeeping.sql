@@ -54,6 +54,15 @@ BEGIN
                                      THEN interval '7 days 1 hour' ELSE interval '1 hour' END;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     v_done := v_done + v_n;
+    -- Sequences recorded as dropped (fanout.seq_lost) that their aggregate
+    -- has passed.
+    DELETE FROM fanout.seq_lost x
+    WHERE (x.group_id, x.message_group, x.seq) IN (
+        SELECT o.group_id, o.message_group, o.seq FROM fanout.seq_lost o
+        JOIN fanout.seq_state s ON s.group_id = o.group_id AND s.message_group = o.message_group
+        WHERE o.seq < s.next_seq LIMIT 10000);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_done := v_done + v_n;
     -- Captures whose triggers are gone (the table was dropped).
     DELETE FROM fanout.capture c
     WHERE c.created_at < p_now - interval '1 hour'

@@ -12,7 +12,7 @@
 -- an aggregate hands out 1 and parks 2. The caller holds the group row
 -- (only reads write fanout.seq_state and fanout.seq_wait).
 -- Returns the ids and txids of the messages handed out, in page order.
--- Tables: fanout.seq_state, fanout.seq_wait, fanout_data.m<topic_id> (sequences).
+-- Tables: fanout.seq_state, fanout.seq_wait, fanout.seq_lost, fanout_data.m<topic_id> (sequences).
 CREATE OR REPLACE FUNCTION fanout._sequence_gate(
     p_group_id bigint, p_table text, p_ids bigint[], p_txids xid8[],
     OUT o_ids bigint[], OUT o_txids xid8[])
@@ -33,6 +33,9 @@ BEGIN
     INSERT INTO fanout.seq_state (group_id, message_group)
     SELECT DISTINCT p_group_id, g FROM unnest(v_groups) AS g
     ON CONFLICT DO NOTHING;
+    -- An aggregate whose next sequence cleanup dropped before it was handed
+    -- out (unread, or passed by a seek) does not wait for it.
+    PERFORM fanout._sequence_release(p_group_id, v_groups, clock_timestamp());
     -- Per aggregate, in page order: the first message at next_seq (or
     -- below) goes out; everything above waits.
     WITH page AS (

@@ -76,8 +76,10 @@
 {{ template "fanout._running_vxids.sql" . }}
 {{ template "fanout._scheduled_count.sql" . }}
 {{ template "fanout._sequence_advance.sql" . }}
+{{ template "fanout._sequence_dropped.sql" . }}
 {{ template "fanout._sequence_gap_rows.sql" . }}
 {{ template "fanout._sequence_gate.sql" . }}
+{{ template "fanout._sequence_release.sql" . }}
 {{ template "fanout._sequence_settled.sql" . }}
 {{ template "fanout._set_idle_hint.sql" . }}
 {{ template "fanout._set_notify.sql" . }}

@@ -150,6 +150,9 @@ BEGIN
                     END IF;
                 END LOOP;
 
+                IF v_t.sequence_ordering THEN
+                    PERFORM fanout._sequence_dropped(v_t.topic_id, v_p);
+                END IF;
                 -- TRUNCATE locks only the partition (readers lock the parent
                 -- first, so a DROP here could deadlock with them).
                 EXECUTE format('TRUNCATE fanout_data.%I', v_p.relname);

@@ -154,10 +154,12 @@ BEGIN
             FOR UPDATE SKIP LOCKED;
             CONTINUE WHEN NOT FOUND;
         END IF;
-        -- The group's status again, now that the partition is held: a pause,
-        -- seek or unsubscribe that held it (fanout._release_holds) may have
-        -- committed while this read waited, after the look above.
-        IF (SELECT g.status FROM fanout.consumer_group g WHERE g.group_id = v_g.group_id) <> 'active' THEN
+        -- The group again, now that the partition is held: a seek or an
+        -- unsubscribe that held it (fanout._release_holds) may have committed
+        -- while this read waited, after the look above (a new status, a new
+        -- start for the partition's new cursor).
+        SELECT * INTO v_g FROM fanout.consumer_group g WHERE g.group_id = v_g.group_id;
+        IF v_g.status <> 'active' THEN
             RETURN;
         END IF;
         v_l := NULL;
@@ -242,7 +244,8 @@ BEGIN
                 SELECT d.txid INTO v_last FROM fanout.retry d
                 WHERE d.group_id = v_g.group_id AND d.not_before <= p_now
                   AND (d.kpart = v_k.kpart OR d.kpart IS NULL)
-                ORDER BY d.txid, d.message_id OFFSET p_max - 1 LIMIT 1;
+                ORDER BY d.txid, d.message_id OFFSET p_max - 1 LIMIT 1
+                FOR UPDATE SKIP LOCKED;  -- as the pick below
             END IF;
             WITH due AS (
                 DELETE FROM fanout.retry rt
