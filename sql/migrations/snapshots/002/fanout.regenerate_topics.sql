@@ -17,6 +17,7 @@
 -- Parameters: after_topic_id: start after this topic id (0: from the first);
 -- max_topics: at most this many topics (NULL: all), for callers that commit
 -- in batches. Returns the number of topics regenerated.
+-- Raises: PGQ03 (max_topics negative).
 -- Nobody but the owner may call it (migrations). Tables: fanout.topic;
 -- drops and creates functions in fanout_data.
 CREATE OR REPLACE FUNCTION fanout.regenerate_topics(after_topic_id bigint DEFAULT 0, max_topics int DEFAULT NULL)
@@ -30,6 +31,9 @@ DECLARE
     v_fn    regprocedure;
     v_n     int := 0;
 BEGIN
+    IF $2 < 0 THEN
+        RAISE EXCEPTION 'max_topics must not be negative, got %', $2 USING ERRCODE = 'PGQ03';
+    END IF;
     FOR v_id IN
         SELECT t.topic_id FROM fanout.topic t
         WHERE t.topic_id > coalesce($1, 0) ORDER BY t.topic_id LIMIT $2
