@@ -9,5 +9,5 @@ RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
-SELECT '0.1.0-dev'::text
+SELECT '0.1.0'::text
 $fn$;
