@@ -274,26 +274,33 @@ func (w *worker) runSQL(ctx context.Context, consumer string) error {
 			time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond) // "work"
 		}
 		lease := page[0].lease
-		_, err = conn.Exec(bg, `SELECT fanout.ack($1::bigint, NULL::bigint[])`, lease)
-		outcome := "ok"
-		if err != nil {
-			var pe *pgconn.PgError
-			if errors.As(err, &pe) {
-				outcome = pe.Code
-			} else {
-				outcome = "error: " + err.Error()
-				conn.Close(bg)
-				conn = nil
-			}
-		}
-		if late {
-			outcome += " late"
-		}
-		if err := w.rec.write(line("A", lease, outcome)); err != nil {
+		if err := w.ackPage(bg, &conn, lease, late); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ackPage acks a whole page and records the outcome (an A line: ok, the
+// SQLSTATE, or the error; " late" when acked after the lease expired). A
+// connection error closes conn: the caller reconnects.
+func (w *worker) ackPage(ctx context.Context, conn **pgx.Conn, lease int64, late bool) error {
+	_, err := (*conn).Exec(ctx, `SELECT fanout.ack($1::bigint, NULL::bigint[])`, lease)
+	outcome := "ok"
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			outcome = pe.Code
+		} else {
+			outcome = "error: " + err.Error()
+			(*conn).Close(ctx)
+			*conn = nil
+		}
+	}
+	if late {
+		outcome += " late"
+	}
+	return w.rec.write(line("A", lease, outcome))
 }
 
 // runClient consumes with the client package.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Worker kinds of the ordered topics (key partitions, sequences). Both are
@@ -133,22 +132,7 @@ func (w *worker) runTimed(ctx context.Context, consumer string) error {
 		if err := w.rec.write(line("T", lease, time.Now().UnixNano())); err != nil {
 			return err
 		}
-		_, err = conn.Exec(bg, `SELECT fanout.ack($1::bigint, NULL::bigint[])`, lease)
-		outcome := "ok"
-		if err != nil {
-			var pe *pgconn.PgError
-			if errors.As(err, &pe) {
-				outcome = pe.Code
-			} else {
-				outcome = "error: " + err.Error()
-				conn.Close(bg)
-				conn = nil
-			}
-		}
-		if late {
-			outcome += " late"
-		}
-		if err := w.rec.write(line("A", lease, outcome)); err != nil {
+		if err := w.ackPage(bg, &conn, lease, late); err != nil {
 			return err
 		}
 	}
