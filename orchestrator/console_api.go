@@ -122,20 +122,20 @@ type JobView struct {
 
 // DeadLetterView is one row of fanout.dead_letters, payload truncated.
 type DeadLetterView struct {
-	Topic            string     `json:"topic"`
-	Group            string     `json:"group"`
-	MessageID        int64      `json:"message_id"`
-	Payload          string     `json:"payload"`
-	PayloadChars     int64      `json:"payload_chars"`
-	PayloadTruncated bool       `json:"payload_truncated"`
+	Topic            string `json:"topic"`
+	Group            string `json:"group"`
+	MessageID        int64  `json:"message_id"`
+	Payload          string `json:"payload"`
+	PayloadChars     int64  `json:"payload_chars"`
+	PayloadTruncated bool   `json:"payload_truncated"`
 	// PayloadHidden: the console listens beyond loopback and the request
 	// did not present the admin token, so Payload is empty.
-	PayloadHidden bool `json:"payload_hidden,omitempty"`
-	Attempts         int64      `json:"attempts"`
-	LastError        *string    `json:"last_error"`
-	DeadAt           time.Time  `json:"dead_at"`
-	PublishedAt      *time.Time `json:"published_at"`
-	MessageGroup     *string    `json:"message_group"`
+	PayloadHidden bool       `json:"payload_hidden,omitempty"`
+	Attempts      int64      `json:"attempts"`
+	LastError     *string    `json:"last_error"`
+	DeadAt        time.Time  `json:"dead_at"`
+	PublishedAt   *time.Time `json:"published_at"`
+	MessageGroup  *string    `json:"message_group"`
 }
 
 // EventView is one row of fanout.event_log, its detail cut to

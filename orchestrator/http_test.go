@@ -120,6 +120,8 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.Contains(t, body, `pgq_group_lag_messages{group="",topic="orders"} 3`)
 	require.Contains(t, body, `pgq_group_dead_letters{group="",topic="orders"} 0`)
 	require.Contains(t, body, `pgq_group_lag_seconds{group="",topic="orders"}`)
+	require.Contains(t, body, `pgq_group_expired{group="",topic="orders"} 0`)
+	require.Contains(t, body, `pgq_group_waiting{group="",topic="orders"} 0`)
 }
 
 // /metrics for a partitioned topic: per-group key-partition series (count,

@@ -105,6 +105,7 @@ type statsCollector struct {
 	topicPublished                                                                         *prometheus.Desc
 	lagMessages, lagSeconds, deadLetters, inFlight, lost, delivered, members, status       *prometheus.Desc
 	oldestUnacked, retryPending, bfProcessed, bfTotal, bfRate                              *prometheus.Desc
+	expired, waiting                                                                       *prometheus.Desc
 	kparts, kpartsUnowned, kpartImbalance, kpartMaxLag, kpartMaxLagSeconds                 *prometheus.Desc
 	skippedTopics, skippedSeconds, skippedCalls                                            *prometheus.Desc
 }
@@ -130,7 +131,9 @@ func newStatsCollector(db DB, leaderName string, logger *slog.Logger) *statsColl
 		oldestUnacked: d("pgq_group_oldest_unacked_age_seconds", "Age of the group's oldest un-acked message.", g, nil),
 		deadLetters:   d("pgq_group_dead_letters", "Dead letters of the group.", g, nil),
 		retryPending:  d("pgq_group_retry_pending", "Nacked messages of the group waiting for redelivery.", g, nil),
-		inFlight:      d("pgq_group_in_flight", "Messages under lease in the group.", g, nil),
+		inFlight:      d("pgq_group_in_flight", "Messages under a lease of the group that runs.", g, nil),
+		expired:       d("pgq_group_expired", "Messages under a lease of the group that ran out, not taken over yet (the next read hands them out again).", g, nil),
+		waiting:       d("pgq_group_waiting", "Messages of the group waiting for their sequence's turn (sequence-ordered topics).", g, nil),
 		lost:          d("pgq_group_lost_messages_total", "Messages the group lost (dropped unread).", g, nil),
 		delivered:     d("pgq_group_delivered_total", "Messages delivered to the group.", g, nil),
 		members:       d("pgq_group_members", "Members (consumers) seen in the group.", g, nil),
@@ -154,7 +157,7 @@ func newStatsCollector(db DB, leaderName string, logger *slog.Logger) *statsColl
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.topicMessages, c.topicOldest, c.topicPartitions, c.topicBytes,
 		c.topicDropped, c.topicGroups, c.topicPublished, c.lagMessages, c.lagSeconds, c.oldestUnacked, c.deadLetters, c.retryPending, c.inFlight,
-		c.lost, c.delivered, c.members, c.status, c.bfProcessed, c.bfTotal, c.bfRate,
+		c.lost, c.delivered, c.members, c.status, c.bfProcessed, c.bfTotal, c.bfRate, c.expired, c.waiting,
 		c.kparts, c.kpartsUnowned, c.kpartImbalance, c.kpartMaxLag, c.kpartMaxLagSeconds,
 		c.skippedTopics, c.skippedSeconds, c.skippedCalls} {
 		ch <- d
@@ -212,6 +215,8 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		emit(c.deadLetters, prometheus.GaugeValue, r, "dead_letters", t, g)
 		emit(c.retryPending, prometheus.GaugeValue, r, "retry_pending", t, g)
 		emit(c.inFlight, prometheus.GaugeValue, r, "in_flight", t, g)
+		emit(c.expired, prometheus.GaugeValue, r, "expired", t, g)
+		emit(c.waiting, prometheus.GaugeValue, r, "waiting", t, g)
 		emit(c.lost, prometheus.CounterValue, r, "lost_messages", t, g)
 		emit(c.delivered, prometheus.CounterValue, r, "delivered", t, g)
 		emit(c.members, prometheus.GaugeValue, r, "members", t, g)
