@@ -83,7 +83,7 @@ func openLeases(t *testing.T, ctx context.Context, b *testdb.Bundle) int {
 	return open
 }
 
-// Finding 1: a handler that runs for several leases keeps its message: a
+// A handler that runs for several leases keeps its message: a
 // timer extends the lease while it runs, so another member never gets it,
 // and the handler's ack goes through.
 func TestHandlerLongerThanLeaseKeepsItsMessage(t *testing.T) {
@@ -137,7 +137,7 @@ func TestHandlerLongerThanLeaseKeepsItsMessage(t *testing.T) {
 	require.Equal(t, []int64{ids[0]}, ids)
 }
 
-// Finding 1: when the lease cannot be kept (here the pool is exhausted, so
+// When the lease cannot be kept (here the pool is exhausted, so
 // no extension gets a connection before the lease runs out) the handler's
 // context is cancelled with ErrLeaseLost as its cause, and the rest of the
 // page is not handed to the handler under the lost lease.
@@ -198,7 +198,7 @@ func TestLostLeaseCancelsHandlerAndStopsThePage(t *testing.T) {
 	}
 }
 
-// Finding 2: a stop in the middle of a page acks what succeeded within
+// A stop in the middle of a page acks what succeeded within
 // StopTimeout (with a context that outlives the cancellation), calls no
 // handler after StopTimeout, and leaves only the rest to come back.
 func TestStopMidPageAcksWhatSucceeded(t *testing.T) {
@@ -248,7 +248,7 @@ func TestStopMidPageAcksWhatSucceeded(t *testing.T) {
 	require.Equal(t, ids[3:], got)
 }
 
-// Finding 3: the consumer's backends are killed while a page is handled;
+// The consumer's backends are killed while a page is handled;
 // its ack (and its nacks) are retried on a fresh connection while the lease
 // is valid, instead of being dropped (which would hand the page out again).
 func TestAckSurvivesKilledBackends(t *testing.T) {
@@ -326,7 +326,7 @@ func TestAckSurvivesKilledBackends(t *testing.T) {
 	}
 }
 
-// Finding 1, the fenced case: an operator's seek takes the page away from a
+// The fenced case: an operator's seek takes the page away from a
 // running handler (its holder's acks and extensions then meet PGQ11). The
 // next extension finds out: the handler's context is cancelled with a cause
 // that wraps ErrLeaseLost and the server's error, the rest of the page is

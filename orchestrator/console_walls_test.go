@@ -27,7 +27,7 @@ func (b *consoleBundle) getAs(t *testing.T, path, token string) (int, []byte) {
 	return resp.StatusCode, body
 }
 
-// Issue 27, finding 7: a NUL, invalid UTF-8, a control character or an
+// A NUL, invalid UTF-8, a control character or an
 // over-long name in a query parameter is the client's mistake: 400 with the
 // console's own message, never a 503 carrying PostgreSQL's text.
 func TestConsoleBadNameParams(t *testing.T) {
@@ -56,7 +56,7 @@ func TestConsoleBadNameParams(t *testing.T) {
 	require.Len(t, gs, 1)
 }
 
-// Issue 27, finding 7: every response is bounded. A 4 MB event_log detail
+// Every response is bounded. A 4 MB event_log detail
 // (written before log_action had a bound, or by anything with the table's
 // privileges) made every /api/overview 4 MB; it is served cut to
 // MaxConsoleEventDetail, marked truncated.
@@ -91,7 +91,7 @@ func TestConsoleResponsesBounded(t *testing.T) {
 	require.Len(t, *dls[0].LastError, MaxConsoleErrorText)
 }
 
-// Issue 27, finding 7: a console listening beyond loopback never serves a
+// A console listening beyond loopback never serves a
 // dead letter's payload without the admin token; with it, or on loopback,
 // it does.
 func TestConsolePayloadsNeedTokenBeyondLoopback(t *testing.T) {

@@ -44,7 +44,7 @@ func (j *lockedJob) Run(ctx context.Context) (Result, error) {
 	return Result{}, err
 }
 
-// Finding 6: four jobs stuck on a lock hold every connection of a pool of
+// Four jobs stuck on a lock hold every connection of a pool of
 // four (the default --max-conns); the leader keeps renewing its lease on its
 // own connection instead of dropping out.
 func TestElectionSurvivesAnExhaustedPool(t *testing.T) {
@@ -106,7 +106,7 @@ func electionPID(t *testing.T, s *Scheduler) int {
 	return int(s.elector.conn.PgConn().PID())
 }
 
-// Finding 5: a leader whose renewals stop getting through (its election
+// A leader whose renewals stop getting through (its election
 // backend is paused with SIGSTOP: a real pause, as a partition or a stalled
 // server gives) logs that it lost leadership once its lease ran out, and
 // its run in flight is cancelled (cause ErrLeadershipLost) instead of going
@@ -191,7 +191,7 @@ func (c *gateClock) Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Finding 5: a run waiting out its jitter when the scheduler is told to
+// A run waiting out its jitter when the scheduler is told to
 // stop does not start afterwards.
 func TestJitterSleepRechecksStopping(t *testing.T) {
 	t.Parallel()

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 27, finding 2: a drop_topic left open in a transaction makes
+// A drop_topic left open in a transaction makes
 // partition maintenance pass its topic by (never wait for it); /metrics
 // counts it at once and /healthz turns "degraded" (still 200) once the topic
 // has been passed by for longer than SkippedDegradedAfter, on the

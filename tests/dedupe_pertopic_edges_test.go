@@ -519,7 +519,7 @@ func TestDedupePerTopicSweepPassesDropInFlight(t *testing.T) {
 // The sweep and a drop of a topic deadlocked: the sweep deleted an old lease
 // slot of the topic's group, then (after waiting for an unrelated member
 // row) sized the topic's table of keys, which the drop held ACCESS
-// EXCLUSIVE while it waited to delete that lease slot. Since issue 27 the
+// EXCLUSIVE while it waited to delete that lease slot. Now the
 // sweep waits for no row at all (lease slots and members another
 // transaction holds are left to a later call, SKIP LOCKED), so the cycle
 // cannot form: the sweep returns while the member row is held, the drop

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 27, finding 5: every public fanout function (every function of
+// Every public fanout function (every function of
 // schema fanout whose name does not start with '_', read from pg_proc, so a
 // new one is covered without touching this test), called with each argument
 // in turn NULL, empty, over-long, non-NFC, with a control character, at
@@ -189,7 +189,7 @@ func errorsDoc(t *testing.T) (map[string]bool, map[string]string) {
 	return codes, rows
 }
 
-// Issue 27, finding 5, the cases the review named: a delay of millions of
+// A delay of millions of
 // years and an infinite clock are PGQ03 (they were PostgreSQL's 22008), an
 // unknown role in grant_topic is 42704 (documented).
 func TestErrorsOutOfRangeTimes(t *testing.T) {

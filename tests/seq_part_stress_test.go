@@ -21,8 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Sequence ordering and key partitions under load, with the edges of
-// issue 26 scripted in: seeks back to 'earliest', replays of acked ids,
+// Sequence ordering and key partitions under load, with the hard
+// edge cases scripted in: seeks back to 'earliest', replays of acked ids,
 // pauses, nacks, expiries, late acks, a raise of P with
 // alter_topic, and maintenance rotating and reclaiming every 40 ms with
 // retention 0.

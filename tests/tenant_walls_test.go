@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 27, finding 1: a tenant admin with a grant on 'acme%' must not widen
+// A tenant admin with a grant on 'acme%' must not widen
 // its reach to another tenant's 'acmé.%' by typing the pattern decomposed
 // (E'acme\u0301.%' starts with 'acme' as typed, but is stored and matched as
 // 'acmé.%'), nor revoke that tenant's grant the same way. Hostile roles on
@@ -63,7 +63,7 @@ func TestTenantWallsUnicodeGrantEscalation(t *testing.T) {
 	require.True(t, added)
 }
 
-// Issue 27, finding 1: lengths are counted in NFC, the form names are stored
+// Lengths are counted in NFC, the form names are stored
 // in. 512 x U+1D160 is 1,536 characters in NFC: refused (it was stored as a
 // 1,536-character topic). 400 x 'e' + U+0301 is 800 characters as typed and
 // 400 in NFC: accepted, as the 400-character name it is.
@@ -92,7 +92,7 @@ func TestTenantWallsNameLengthAfterNFC(t *testing.T) {
 	require.LessOrEqual(t, max, 512)
 }
 
-// Issue 27, finding 2: a tenant that leaves a drop_topic of its own topic open
+// A tenant that leaves a drop_topic of its own topic open
 // in a transaction must not stall partition maintenance of every other
 // tenant. The maintenance round passes the held topic by (counted in
 // fanout.maint_skips()), creates the other topics' partitions, and gets the
@@ -177,7 +177,7 @@ func TestTenantWallsMaintenanceNeverWaitsForATenant(t *testing.T) {
 	require.Zero(t, left)
 }
 
-// Issue 27, finding 6: log_action bounds and validates its input like every
+// Log_action bounds and validates its input like every
 // other name (it took a 100,000-character group name, a 4 MB detail and any
 // actor), and the audit row says which part is claimed by the caller: a
 // tenant admin cannot pass itself off as another role.

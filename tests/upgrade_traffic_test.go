@@ -167,10 +167,10 @@ type delivery struct {
 }
 
 type groupLog struct {
-	mu         sync.Mutex
-	deliveries []delivery
+	mu          sync.Mutex
+	deliveries  []delivery
 	seen, acked map[int64]bool
-	badDup     int
+	badDup      int
 }
 
 // TestUpgradeWithTraffic upgrades a database of the previous release (see

@@ -631,7 +631,7 @@ func TestBinaryKillAndResurrect(t *testing.T) {
 	}
 }
 
-// Finding 5, through the real binaries: a leader paused with SIGSTOP past
+// A leader paused with SIGSTOP past
 // its TTL is replaced by the standby; once resumed (SIGCONT) it logs that it
 // lost leadership (it said nothing: its first attempt after the pause just
 // lost, and the loss of a lease already past its local deadline was not

@@ -261,17 +261,9 @@ func (w *worker) runSQL(ctx context.Context, consumer string) error {
 		for i, m := range page {
 			lines[i] = w.deliveryLine(m.id, m.payload, m.attempt, m.lease, consumer)
 		}
-		if err := w.rec.write(lines...); err != nil {
+		late, err := w.workPage(lines, &pages, &lateLeft)
+		if err != nil {
 			return err
-		}
-		w.midPage()
-		pages++
-		late := lateLeft > 0 && (pages == 5 || rand.IntN(40) == 0)
-		if late {
-			lateLeft--
-			time.Sleep(w.spec.Lease + 500*time.Millisecond) // ack after the lease expired
-		} else {
-			time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond) // "work"
 		}
 		lease := page[0].lease
 		if err := w.ackPage(bg, &conn, lease, late); err != nil {
@@ -279,6 +271,25 @@ func (w *worker) runSQL(ctx context.Context, consumer string) error {
 		}
 	}
 	return nil
+}
+
+// workPage records a page's deliveries and "works" on it: briefly, or, for
+// the late acks the spec asks for (the fifth page, then about one in 40),
+// past the lease. It returns whether the page is to be acked late.
+func (w *worker) workPage(lines []string, pages, lateLeft *int) (bool, error) {
+	if err := w.rec.write(lines...); err != nil {
+		return false, err
+	}
+	w.midPage()
+	*pages++
+	late := *lateLeft > 0 && (*pages == 5 || rand.IntN(40) == 0)
+	if late {
+		*lateLeft--
+		time.Sleep(w.spec.Lease + 500*time.Millisecond) // ack after the lease expired
+	} else {
+		time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond) // "work"
+	}
+	return late, nil
 }
 
 // ackPage acks a whole page and records the outcome (an A line: ok, the

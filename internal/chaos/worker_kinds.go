@@ -116,17 +116,9 @@ func (w *worker) runTimed(ctx context.Context, consumer string) error {
 		for i, m := range page {
 			lines[i] = w.deliveryLine(m.id, m.payload, m.attempt, m.lease, consumer)
 		}
-		if err := w.rec.write(lines...); err != nil {
+		late, err := w.workPage(lines, &pages, &lateLeft)
+		if err != nil {
 			return err
-		}
-		w.midPage()
-		pages++
-		late := lateLeft > 0 && (pages == 5 || rand.IntN(40) == 0)
-		if late {
-			lateLeft--
-			time.Sleep(w.spec.Lease + 500*time.Millisecond) // ack after the lease expired
-		} else {
-			time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond) // "work"
 		}
 		lease := page[0].lease
 		if err := w.rec.write(line("T", lease, time.Now().UnixNano())); err != nil {
