@@ -10,6 +10,7 @@ BIN   := bin/pgq-scheduler
 TEST_PORT      ?= 25433
 RUN_PORT       ?= 25432
 BENCH_PORT     ?= 25434
+BENCH_LT_PORT  ?= 25439
 RESTART_PORT   ?= $(shell expr $(TEST_PORT) + 8)
 CRON_PORT      ?= $(shell expr $(TEST_PORT) + 9)
 PGBOUNCER_PORT ?= $(shell expr $(TEST_PORT) + 10)
@@ -24,7 +25,7 @@ FAILOVER_PORT  ?= $(shell expr $(TEST_PORT) + 13)
 BACKUP_PORT    ?= $(shell expr $(TEST_PORT) + 15)
 LISTEN         ?= 127.0.0.1:9187
 
-.PHONY: all help build run test lint deps bench bench-quick chaos verify-sql snapshot-sql gen-upgrade upgrade-test db-stop clean
+.PHONY: all help build run test lint deps bench bench-quick bench-lt chaos verify-sql snapshot-sql gen-upgrade upgrade-test db-stop clean
 
 all: build
 
@@ -115,6 +116,18 @@ bench: build ## benchmarks (≈20 min), as ratios to baselines measured in the s
 bench-quick: ## a shorter benchmark run (a few minutes)
 	$(MAKE) bench BENCH_FLAGS=-quick
 
+# The LT matrix at the seed's rates (≈50 min): per row, the highest publish
+# rate at which every seed threshold holds (bench/lt.go; LT_* variables in
+# docs/benchmarks.md). Its own durable cluster, with pg_stat_statements for
+# the server-side fetch figures; maintenance by the sidecar (make build).
+bench-lt: build ## the pre-GA LT matrix at the seed's rates (≈50 min): bench/results-lt.json and .svg
+	@set -e; \
+	if [ -z "$$DATABASE_URL" ]; then \
+	  DATABASE_URL=$$(DEVDB_OPTS="-c shared_preload_libraries=pg_stat_statements" scripts/devdb.sh start benchlt $(BENCH_LT_PORT)); \
+	fi; \
+	export DATABASE_URL; \
+	$(GO) run ./bench -only lt -json bench/results-lt.json -svg bench/results-lt.svg $(BENCH_FLAGS)
+
 # Fault injection: soak (restarts, terminated backends, SIGKILLed consumers and
 # scheduler leader, late acks), long transaction, dead group, failover. Its own
 # clusters (chaos on CHAOS_PORT, chaos-fo-p/-s on CHAOS_FAILOVER_PORT and +1).
@@ -155,6 +168,7 @@ db-stop: ## stop the throwaway clusters (and the test PgBouncer)
 	-scripts/devdb.sh stop run
 	-scripts/devdb.sh stop test
 	-scripts/devdb.sh stop bench
+	-scripts/devdb.sh stop benchlt
 	-scripts/devdb.sh stop cron
 	-scripts/devdb.sh stop restart
 	-scripts/devdb.sh stop twophase

@@ -37,7 +37,7 @@ func main() { os.Exit(run()) }
 func run() int {
 	var (
 		quick   = flag.Bool("quick", false, "≈1 minute run: shorter phases, smaller backlogs")
-		only    = flag.String("only", "", "comma-separated scenario names to run (default: all): "+names())
+		only    = flag.String("only", "", "comma-separated scenario names to run (default: all but lt, which make bench-lt runs): "+names())
 		jsonOut = flag.String("json", "", "results file (default <repo>/bench/results.json)")
 		svgOut  = flag.String("svg", "", "chart file (default <repo>/bench/results.svg)")
 		keep    = flag.Bool("keep", false, "keep the benchmark databases for inspection")
@@ -131,7 +131,13 @@ func names() string {
 func selectScenarios(only string) ([]Scenario, error) {
 	all := scenarios()
 	if only == "" {
-		return all, nil
+		var def []Scenario
+		for _, s := range all {
+			if o, ok := s.(interface{ Optional() bool }); !ok || !o.Optional() {
+				def = append(def, s)
+			}
+		}
+		return def, nil
 	}
 	want := map[string]bool{}
 	for _, n := range strings.Split(only, ",") {
