@@ -12,3 +12,13 @@ ALTER TABLE fanout.topic ADD COLUMN IF NOT EXISTS max_groups int NOT NULL DEFAUL
 -- ordering off (NULL: never): publishes may still pass a sequence (it keeps
 -- deduplicating by aggregate and sequence), nothing waits for its turn.
 ALTER TABLE fanout.topic ADD COLUMN IF NOT EXISTS sequence_dropped_at timestamptz;
+
+-- Per group: messages it dead-lettered since it was created (a counter:
+-- purging or replaying dead letters leaves it as it is). Written only by
+-- fanout._dead_letter (read's expired attempts, nack's last attempt), in its
+-- own row so that a dead-lettering nack inside a business transaction never
+-- holds the group's row; the row comes with the group's first dead letter.
+CREATE TABLE IF NOT EXISTS fanout.group_stat (
+    group_id       bigint PRIMARY KEY REFERENCES fanout.consumer_group ON DELETE CASCADE,
+    dead_lettered  bigint NOT NULL DEFAULT 0
+);

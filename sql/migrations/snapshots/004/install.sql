@@ -4,13 +4,16 @@
 {{ template "_upgrade_before.sql" . }}
 -- Functions and views whose signature is gone or changed (sql/signatures.txt).
 DROP FUNCTION IF EXISTS fanout.alter_topic(text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,interval,integer,boolean);
+DROP VIEW IF EXISTS fanout.groups;
 DROP VIEW IF EXISTS fanout.topics;
 -- Code files new or changed since the release, in install order; grants and triggers always.
 {{ template "fanout._check_order_options.sql" . }}
 {{ template "fanout._check_subscribe_limits.sql" . }}
 {{ template "fanout._check_topic_settings.sql" . }}
+{{ template "fanout._dead_letter.sql" . }}
 {{ template "fanout._sequence_gate.sql" . }}
 {{ template "fanout.alter_topic.sql" . }}
+{{ template "fanout.groups.sql" . }}
 {{ template "fanout.topics.sql" . }}
 {{ template "_grants.sql" . }}
 {{ template "_attach.sql" . }}
