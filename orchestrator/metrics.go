@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -108,7 +109,24 @@ type statsCollector struct {
 	expired, waiting                                                                       *prometheus.Desc
 	kparts, kpartsUnowned, kpartImbalance, kpartMaxLag, kpartMaxLagSeconds                 *prometheus.Desc
 	skippedTopics, skippedSeconds, skippedCalls                                            *prometheus.Desc
+	heartbeatAge, heartbeatTimeout, deadLettered, stuck, topicRetention, consistency       *prometheus.Desc
+
+	// check_consistency() reads every table: at most once per
+	// ConsistencyEvery, the scrapes in between repeat its last count.
+	consMu      sync.Mutex
+	consAt      time.Time
+	consCount   float64
+	consOK      bool
+	consRunning bool
 }
+
+// StuckAfter is the age from which pgq_group_stuck_messages counts a
+// message (fanout.stuck_messages(StuckAfter): under a lease or waiting for
+// a retry that long).
+const StuckAfter = 15 * time.Minute
+
+// ConsistencyEvery bounds how often a scrape runs fanout.check_consistency().
+const ConsistencyEvery = time.Minute
 
 func newStatsCollector(db DB, leaderName string, logger *slog.Logger) *statsCollector {
 	t := []string{"topic"}
@@ -151,6 +169,15 @@ func newStatsCollector(db DB, leaderName string, logger *slog.Logger) *statsColl
 		skippedTopics:  d("pgq_maintenance_skipped_topics", "Topics the maintenance function is passing by because another transaction holds a lock it needs (fanout.maint_skips()).", []string{"job"}, nil),
 		skippedSeconds: d("pgq_maintenance_skipped_seconds", "How long the maintenance function has been passing the topic by.", []string{"job", "topic"}, nil),
 		skippedCalls:   d("pgq_maintenance_skipped_calls", "Calls of the maintenance function that passed the topic by since it last got through it.", []string{"job", "topic"}, nil),
+		// Health (docs/troubleshooting.md).
+		heartbeatAge:     d("pgq_group_heartbeat_age_seconds", "Seconds since the group's last sign of life (heartbeat, read or ack of any member).", g, nil),
+		heartbeatTimeout: d("pgq_group_heartbeat_timeout_seconds", "The group's heartbeat_timeout (dead after dead_after_misses of them without a sign of life).", g, nil),
+		deadLettered:     d("pgq_group_dead_lettered_total", "Messages the group dead-lettered since it was created (purges and replays do not lower it).", g, nil),
+		stuck: d("pgq_group_stuck_messages",
+			fmt.Sprintf("Messages of the group under a lease or waiting for a retry for over %v (fanout.stuck_messages).", StuckAfter), g, nil),
+		topicRetention: d("pgq_topic_retention_seconds", "The topic's retention setting.", t, nil),
+		consistency: d("pgq_consistency_problems",
+			"Rows of fanout.check_consistency() (0 on a healthy system; run at most once a minute; absent when the role may not call it).", nil, nil),
 	}
 }
 
@@ -159,7 +186,8 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.topicDropped, c.topicGroups, c.topicPublished, c.lagMessages, c.lagSeconds, c.oldestUnacked, c.deadLetters, c.retryPending, c.inFlight,
 		c.lost, c.delivered, c.members, c.status, c.bfProcessed, c.bfTotal, c.bfRate, c.expired, c.waiting,
 		c.kparts, c.kpartsUnowned, c.kpartImbalance, c.kpartMaxLag, c.kpartMaxLagSeconds,
-		c.skippedTopics, c.skippedSeconds, c.skippedCalls} {
+		c.skippedTopics, c.skippedSeconds, c.skippedCalls,
+		c.heartbeatAge, c.heartbeatTimeout, c.deadLettered, c.stuck, c.topicRetention, c.consistency} {
 		ch <- d
 	}
 }
@@ -191,6 +219,15 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, finite(v), labels...)
 	}
+	var now time.Time
+	if err := c.db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		c.logger.Warn("metrics: reading the database clock failed", "error", err)
+	}
+	stuck, err := readStuck(ctx, c.db)
+	if err != nil {
+		c.logger.Warn("metrics: reading fanout.stuck_messages failed", "error", err)
+	}
+	c.collectConsistency(ctx, ch)
 	published, err := readPublished(ctx, c.db)
 	if err != nil {
 		c.logger.Warn("metrics: reading the topics' id sequences failed", "error", err)
@@ -206,6 +243,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		emit(c.topicBytes, prometheus.GaugeValue, r, "bytes", t)
 		emit(c.topicDropped, prometheus.CounterValue, r, "dropped_unread", t)
 		emit(c.topicGroups, prometheus.GaugeValue, r, "active_groups", t)
+		emit(c.topicRetention, prometheus.GaugeValue, r, "retention", t)
 	}
 	for _, r := range st.Groups {
 		t, g := r.Text("topic"), r.Text("group_name") // "" for a queue topic's implicit group
@@ -225,6 +263,16 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		emitOr0(c.bfProcessed, r, "backfill_processed", t, g)
 		emitOr0(c.bfTotal, r, "backfill_total", t, g)
 		emitOr0(c.bfRate, r, "backfill_rate", t, g)
+		emit(c.heartbeatTimeout, prometheus.GaugeValue, r, "heartbeat_timeout", t, g)
+		if hb, ok := r.Time("last_heartbeat"); ok && !now.IsZero() {
+			ch <- prometheus.MustNewConstMetric(c.heartbeatAge, prometheus.GaugeValue, max(now.Sub(hb).Seconds(), 0), t, g)
+		}
+		if v, ok := r.Float("dead_lettered_total"); ok {
+			ch <- prometheus.MustNewConstMetric(c.deadLettered, prometheus.CounterValue, finite(v), t, g)
+		}
+		if stuck != nil {
+			ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(stuck[[2]string{t, g}]), t, g)
+		}
 		cur := r.Text("status")
 		for _, s := range groupStatuses {
 			v := 0.0
@@ -312,3 +360,66 @@ func (c *statsCollector) collectSkips(ctx context.Context, ch chan<- prometheus.
 // (fanout._manage_partitions); its pgq_maintenance_skipped_topics series is
 // always there.
 const manageParts = "fanout._manage_partitions"
+
+// stuckSQL counts per group the messages fanout.stuck_messages reports.
+const stuckSQL = `SELECT topic, coalesce(group_name, ''), count(*) FROM fanout.stuck_messages($1::interval) GROUP BY 1, 2`
+
+// readStuck returns per (topic, group) the messages under a lease or
+// waiting for a retry for over StuckAfter; nil when the schema has no
+// fanout.stuck_messages.
+func readStuck(ctx context.Context, db DB) (map[[2]string]int64, error) {
+	var has bool
+	if err := db.QueryRow(ctx, `SELECT to_regprocedure('fanout.stuck_messages(interval)') IS NOT NULL`).Scan(&has); err != nil {
+		return nil, fmt.Errorf("read stuck messages: %w", err)
+	}
+	if !has {
+		return nil, nil
+	}
+	rows, err := db.Query(ctx, stuckSQL, fmt.Sprintf("%d seconds", int64(StuckAfter.Seconds())))
+	if err != nil {
+		return nil, fmt.Errorf("read stuck messages: %w", err)
+	}
+	defer rows.Close()
+	out := map[[2]string]int64{}
+	for rows.Next() {
+		var topic, group string
+		var n int64
+		if err := rows.Scan(&topic, &group, &n); err != nil {
+			return nil, fmt.Errorf("read stuck messages: %w", err)
+		}
+		out[[2]string{topic, group}] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read stuck messages: %w", err)
+	}
+	return out, nil
+}
+
+// collectConsistency exports the row count of fanout.check_consistency(),
+// run at most once per ConsistencyEvery (it reads every table); a role
+// without an admin grant on '%' gets no series (PGQ21), logged once per run.
+func (c *statsCollector) collectConsistency(ctx context.Context, ch chan<- prometheus.Metric) {
+	c.consMu.Lock()
+	due := !c.consRunning && (c.consAt.IsZero() || time.Since(c.consAt) >= ConsistencyEvery)
+	if due {
+		c.consRunning = true
+	}
+	c.consMu.Unlock()
+	if due {
+		var n int64
+		err := c.db.QueryRow(ctx, `SELECT count(*) FROM fanout.check_consistency()`).Scan(&n)
+		c.consMu.Lock()
+		c.consRunning, c.consAt = false, time.Now()
+		c.consOK, c.consCount = err == nil, float64(n)
+		c.consMu.Unlock()
+		if err != nil {
+			c.logger.Info("metrics: fanout.check_consistency() not exported", "error", err)
+		}
+	}
+	c.consMu.Lock()
+	ok, n := c.consOK, c.consCount
+	c.consMu.Unlock()
+	if ok {
+		ch <- prometheus.MustNewConstMetric(c.consistency, prometheus.GaugeValue, n)
+	}
+}

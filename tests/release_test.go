@@ -129,6 +129,16 @@ func TestReleaseSyntheticUpgrade(t *testing.T) {
 				}
 			}
 		}
+		// The schema changes of the next release (sql/upgrade/before.sql)
+		// belong to the schema of a tree never released: into 001, so that
+		// 002/003, re-frozen from the tree, find what they use.
+		before, err := os.ReadFile(filepath.Join(dir, "sql/upgrade/before.sql"))
+		require.NoError(t, err)
+		schema, err := os.ReadFile(filepath.Join(dir, "sql/migrations/001_schema.sql"))
+		require.NoError(t, err)
+		writeFile(t, filepath.Join(dir, "sql/migrations/001_schema.sql"), string(schema)+"\n"+string(before))
+		writeFile(t, filepath.Join(dir, "sql/upgrade/before.sql"),
+			regexp.MustCompile(`(?m)^[^-\n].*\n?`).ReplaceAllString(string(before), ""))
 		cmd := exec.Command("scripts/resnapshot-dev.sh")
 		cmd.Dir = dir
 		out, err := cmd.CombinedOutput()

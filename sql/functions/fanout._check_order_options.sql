@@ -3,7 +3,10 @@
 -- before anything is written. priority must be 0..9; a sequence-ordered topic
 -- requires a sequence (1 or more) and a message_group (the aggregate), and
 -- refuses a priority above 0 or a delivery time (either would hand a
--- message out of its sequence's turn); any other topic refuses a sequence.
+-- message out of its sequence's turn); any other topic refuses a sequence,
+-- except one whose sequence ordering alter_topic turned off
+-- (sequence_dropped_at): its producers may go on passing sequences (1 or
+-- more), which then only deduplicate.
 -- A partitioned topic refuses a priority above 0 (PGQ03: its reads go by key
 -- partition in commit order, so a priority would be silently ignored).
 -- p_element names the publish_batch element (NULL for publish).
@@ -42,6 +45,10 @@ BEGIN
                 quote_literal(p_t.topic), v_at
                 USING ERRCODE = 'PGQ03', HINT = 'message_group names the aggregate, sequence counts from 1 in it';
         END IF;
+        IF p_seq < 1 THEN
+            RAISE EXCEPTION '%', format('sequence must be 1 or more, got %s%s', p_seq, v_at) USING ERRCODE = 'PGQ03';
+        END IF;
+    ELSIF p_seq IS NOT NULL AND p_t.sequence_dropped_at IS NOT NULL THEN
         IF p_seq < 1 THEN
             RAISE EXCEPTION '%', format('sequence must be 1 or more, got %s%s', p_seq, v_at) USING ERRCODE = 'PGQ03';
         END IF;

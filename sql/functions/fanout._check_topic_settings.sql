@@ -6,6 +6,7 @@
 -- timestamp computation of maintenance fail). partitions: NULL or 1..1024;
 -- whole_transactions only with partitions; sequence_ordering not with
 -- partitions (not combined: a partitioned topic is read by key partition).
+-- max_groups: NULL (create_topic: the column's default) or 1..1000000.
 -- Raises PGQ03 naming the first bad setting. Touches no table.
 CREATE OR REPLACE FUNCTION fanout._check_topic_settings(p_t fanout.topic)
 RETURNS void
@@ -76,6 +77,9 @@ BEGIN
     IF p_t.gap_alert_after IS NULL OR p_t.gap_alert_after < interval '0' OR p_t.gap_alert_after > interval '30 days' THEN
         RAISE EXCEPTION 'gap_alert_after must be an interval from 0 to 30 days, got %',
             coalesce(p_t.gap_alert_after::text, 'NULL') USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.max_groups < 1 OR p_t.max_groups > 1000000 THEN
+        RAISE EXCEPTION 'max_groups must be between 1 and 1000000, got %', p_t.max_groups USING ERRCODE = 'PGQ03';
     END IF;
     IF p_t.sequence_ordering AND p_t.partitions IS NOT NULL THEN
         -- Not combined (yet): a partitioned topic is read by key partition

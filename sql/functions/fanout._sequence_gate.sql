@@ -10,7 +10,10 @@
 -- Sequences start at 1 for every group and aggregate. Within one page the
 -- messages are taken in page order, so a page holding sequences 1 and 2 of
 -- an aggregate hands out 1 and parks 2. The caller holds the group row
--- (only reads write fanout.seq_state and fanout.seq_wait).
+-- (only reads write fanout.seq_state and fanout.seq_wait). A topic whose
+-- sequence ordering fanout.alter_topic turned off since the caller looked it
+-- up passes the page through unchanged (read under the group's lock, which
+-- alter_topic takes before it commits).
 -- Returns the ids and txids of the messages handed out, in page order.
 -- Tables: fanout.seq_state, fanout.seq_wait, fanout.seq_lost, fanout_data.m<topic_id> (sequences).
 CREATE OR REPLACE FUNCTION fanout._sequence_gate(
@@ -24,6 +27,12 @@ DECLARE
     v_groups text[];
     v_take   boolean[];
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM fanout.consumer_group g JOIN fanout.topic t ON t.topic_id = g.topic_id
+                   WHERE g.group_id = p_group_id AND t.sequence_ordering) THEN
+        o_ids := p_ids;
+        o_txids := p_txids;
+        RETURN;
+    END IF;
     EXECUTE format(
         'SELECT array_agg(m.seq ORDER BY u.ord), array_agg(m.message_group ORDER BY u.ord)
          FROM unnest($1::bigint[], $2::xid8[]) WITH ORDINALITY AS u(id, tx, ord)

@@ -1,15 +1,33 @@
 -- fanout.alter_topic(topic, ...options): changes a topic's settings; a NULL
--- option is left as it is. semantics, completion and sequence_ordering are
--- fixed at creation.
+-- option is left as it is. semantics and completion are fixed at creation.
+-- max_groups (1..1000000, default 1000) caps the topic's consumer groups
+-- (fanout._check_subscribe_limits, PGQ22); a tenant's admin may set it up to
+-- 1000, above that (and above what the topic has) only an operator (admin
+-- grant on '%', fanout._authorize_all: PGQ21 otherwise), so a tenant stays
+-- bounded. Lowering it below the groups a topic has removes none: only new
+-- subscriptions are refused. Reference topics keep their 64 (PGQ17).
+-- sequence_ordering => false turns per-aggregate sequence ordering off for
+-- good (true on a topic without it: PGQ03): every group's messages parked
+-- for their turn (fanout.seq_wait) go to fanout.retry, due at once, with the
+-- attempts they had (none), and the groups' sequence bookkeeping goes;
+-- messages under a lease stay leased. The groups' rows are locked first, so
+-- a read in progress finishes before; a read that looked the topic up
+-- before this commits still passes its page through (fanout._sequence_gate
+-- reads the flag again under the group's lock). Publishes may still pass a
+-- sequence (and a message_group): it deduplicates by (aggregate, sequence)
+-- as before, nothing waits for its turn (docs/architecture.md, "Turning
+-- ordering off").
 -- partitions may be raised on a partitioned topic, never lowered: keys are
 -- then hashed over the new count, so a key may move to another key
 -- partition; messages already published stay where they are, so per-key
 -- order holds across the change only for keys whose earlier messages were
 -- consumed (README, "Ordering"). An event_log row records the change.
 -- Returns the topic id.
--- Raises: PGQ01, PGQ03 (a bad value). Tables: fanout.topic, fanout.event_log, fanout.kpart (cursors of
--- new partitions), fanout_data.* (notify trigger,
--- insert functions).
+-- Raises: PGQ01, PGQ03 (a bad value), PGQ21 (max_groups above 1000 without
+-- an operator's grant). Tables: fanout.topic, fanout.event_log, fanout.kpart (cursors of
+-- new partitions), fanout.consumer_group (locked), fanout.seq_wait,
+-- fanout.seq_state, fanout.seq_done, fanout.seq_lost, fanout.retry,
+-- fanout_data.* (notify trigger, insert functions).
 CREATE OR REPLACE FUNCTION fanout.alter_topic(
     topic                               text,
     retention                           interval DEFAULT NULL,
@@ -24,7 +42,9 @@ CREATE OR REPLACE FUNCTION fanout.alter_topic(
     dedupe_window                       interval DEFAULT NULL,
     gap_alert_after                     interval DEFAULT NULL,
     partitions                          int DEFAULT NULL,
-    whole_transactions                  boolean DEFAULT NULL)
+    whole_transactions                  boolean DEFAULT NULL,
+    max_groups                          int DEFAULT NULL,
+    sequence_ordering                   boolean DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -33,6 +53,7 @@ AS $fn$
 DECLARE
     v_old fanout.topic;
     v_new fanout.topic;
+    v_n   bigint;
 BEGIN
     PERFORM fanout._authorize($1, 'admin');
     v_old := fanout._topic($1);
@@ -59,6 +80,15 @@ BEGIN
     v_new.gap_alert_after := coalesce($12, v_old.gap_alert_after);
     v_new.partitions := coalesce($13, v_old.partitions);
     v_new.whole_transactions := coalesce($14, v_old.whole_transactions);
+    v_new.max_groups := coalesce($15, v_old.max_groups);
+    v_new.sequence_ordering := coalesce($16, v_old.sequence_ordering);
+    IF $16 AND NOT v_old.sequence_ordering THEN
+        RAISE EXCEPTION 'sequence_ordering can be turned off, not on: topic % has none', quote_literal($1)
+            USING ERRCODE = 'PGQ03', HINT = 'create a new topic with sequence_ordering => true';
+    END IF;
+    IF v_new.max_groups > greatest(v_old.max_groups, 1000) THEN
+        PERFORM fanout._authorize_all();  -- a tenant's admin stays within 1000 groups
+    END IF;
     IF $13 IS NOT NULL AND v_old.partitions IS NULL THEN
         RAISE EXCEPTION 'topic % is not partitioned; partitions is fixed at creation for unpartitioned topics',
             quote_literal($1) USING ERRCODE = 'PGQ03', HINT = 'create a new topic with partitions => P';
@@ -75,8 +105,36 @@ BEGIN
         max_payload_bytes = v_new.max_payload_bytes, zombie_ttl = v_new.zombie_ttl,
         notify = v_new.notify, partition_interval = v_new.partition_interval,
         dedupe_window = v_new.dedupe_window, gap_alert_after = v_new.gap_alert_after,
-        partitions = v_new.partitions, whole_transactions = v_new.whole_transactions
+        partitions = v_new.partitions, whole_transactions = v_new.whole_transactions,
+        max_groups = v_new.max_groups, sequence_ordering = v_new.sequence_ordering,
+        sequence_dropped_at = CASE WHEN v_old.sequence_ordering AND NOT v_new.sequence_ordering
+                                   THEN clock_timestamp() ELSE t.sequence_dropped_at END
     WHERE t.topic_id = v_old.topic_id;
+    IF v_old.sequence_ordering AND NOT v_new.sequence_ordering THEN
+        -- Every group row first, in one order (a read holds its group's row
+        -- while it gates and parks), then the parked messages go to retry.
+        PERFORM 1 FROM fanout.consumer_group g WHERE g.topic_id = v_old.topic_id
+        ORDER BY g.group_id FOR UPDATE;
+        WITH released AS (
+            DELETE FROM fanout.seq_wait w
+            USING fanout.consumer_group g
+            WHERE g.topic_id = v_old.topic_id AND w.group_id = g.group_id
+            RETURNING w.group_id, w.message_id, w.txid),
+        queued AS (
+            INSERT INTO fanout.retry (group_id, message_id, txid, attempt, not_before)
+            SELECT r.group_id, r.message_id, r.txid, 0, clock_timestamp() FROM released r
+            ON CONFLICT DO NOTHING
+            RETURNING 1)
+        SELECT count(*) INTO v_n FROM queued;
+        DELETE FROM fanout.seq_state s USING fanout.consumer_group g
+        WHERE g.topic_id = v_old.topic_id AND s.group_id = g.group_id;
+        DELETE FROM fanout.seq_done d USING fanout.consumer_group g
+        WHERE g.topic_id = v_old.topic_id AND d.group_id = g.group_id;
+        DELETE FROM fanout.seq_lost l USING fanout.consumer_group g
+        WHERE g.topic_id = v_old.topic_id AND l.group_id = g.group_id;
+        INSERT INTO fanout.event_log (topic, kind, count, detail)
+        VALUES (v_old.topic, 'sequence_ordering_dropped', v_n, jsonb_build_object('released', v_n));
+    END IF;
     IF v_new.partitions IS DISTINCT FROM v_old.partitions THEN
         -- New messages hash over the new count (fanout._kpart_of); messages
         -- already published stay in their key partition.

@@ -8,14 +8,16 @@
 -- out again), pending retries, messages waiting for their sequence's turn
 -- (sequence-ordered topics), dead letters, messages lost to
 -- retention, deliveries, and backfill progress (reference mode; offset mode
--- needs none): status, messages processed of total, rate per second, ETA.
+-- needs none): status, messages processed of total, rate per second, ETA;
+-- last: dead_lettered_total, messages the group dead-lettered since it was
+-- created (fanout.group_stat; dead_letters is what is left of them).
 -- lag_messages is what the group still has to be handed: unread, expired
 -- and waiting messages (a stuck aggregate or a dead consumer shows as lag);
 -- the unread count uses index scans: O(lag).
 -- Shows only the groups of topics the caller may consume (fanout._may); the
 -- view is a security barrier, so no function of the caller sees other rows.
 -- Tables: fanout.consumer_group, fanout.topic, fanout.member, fanout.lease,
--- fanout.retry, fanout.seq_wait, fanout.dead_letter, fanout.bitmap_job, fanout_data.*.
+-- fanout.retry, fanout.seq_wait, fanout.dead_letter, fanout.bitmap_job, fanout.group_stat, fanout_data.*.
 CREATE OR REPLACE VIEW fanout.groups WITH (security_barrier) AS
 SELECT t.topic, g.group_name, g.status,
        (SELECT count(*) FROM fanout.member m
@@ -36,7 +38,9 @@ SELECT t.topic, g.group_name, g.status,
        CASE WHEN b.rate > 0 AND b.status = 'in_progress'
             THEN make_interval(secs => greatest(b.total - b.processed, 0) / b.rate) END AS backfill_eta,
        g.missed_heartbeats, g.heartbeat_timeout, g.dead_after_misses, g.start_position,
-       g.created_at, g.status_changed_at, g.last_read_at, t.semantics, t.completion
+       g.created_at, g.status_changed_at, g.last_read_at, t.semantics, t.completion,
+       coalesce((SELECT s.dead_lettered FROM fanout.group_stat s WHERE s.group_id = g.group_id), 0)
+           AS dead_lettered_total
 FROM fanout.consumer_group g
 JOIN fanout.topic t ON t.topic_id = g.topic_id
 CROSS JOIN LATERAL fanout._group_view(g.group_id) u
