@@ -1,0 +1,162 @@
+-- fanout._capture_generate(p_capture_id): (re)creates the capture's trigger
+-- function fanout_data.capture_<id>() (fanout.capture_table's four
+-- statement-level AFTER triggers run it) from the capture's row: the table's
+-- name, the topic's id and lock key, the key columns, columns and
+-- exclude_columns are compiled in, so each statement runs static SQL whose
+-- plans the session keeps (the generic trigger planned a FULL JOIN of every
+-- statement's rows and published through fanout.publish_batch's checks and
+-- dynamic SQL: 0.7 ms a single-row statement). The generated function:
+--   * checks the writer's publish grant (fanout._may; PGQ21 through
+--     fanout._authorize) and takes the topic's shared use lock (as
+--     fanout._enter), so neither a capture nor a forged trigger lets a
+--     writer publish where it may not, and the topic cannot be dropped
+--     under the statement;
+--   * builds the messages set-based from the transition tables (shape:
+--     docs/capture.md; insert and delete straight from one side, update
+--     pairs old and new rows by the primary key: a key change is a delete
+--     and an insert, an update of no captured column publishes nothing);
+--   * checks size and message_group only where they can fail
+--     (fanout._check_message raises PGQ05/PGQ03 naming the element), and a
+--     pubsub topic's block_writes_without_subscriptions (PGQ07);
+--   * inserts through the topic's fanout_data.m<id>_insert_batch (static
+--     call). When the topic was dropped (PGQ01), re-created under another
+--     id, or is sequence-ordered, it goes through fanout.publish_batch
+--     instead, which raises what publish raises.
+-- Row images are to_jsonb(row) and keys are read from it, so a column added,
+-- dropped or renamed later changes the images from the next statement on,
+-- without regenerating. Nobody but the owner may call it.
+-- Tables: fanout.capture, fanout.topic; creates a function in fanout_data.
+CREATE OR REPLACE FUNCTION fanout._capture_generate(p_capture_id bigint)
+RETURNS regprocedure
+LANGUAGE plpgsql
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_c     fanout.capture;
+    v_t     fanout.topic;
+    v_fn    text := 'capture_' || p_capture_id;
+    v_img   text;
+    v_key   text;
+    v_grp   text;
+    v_join  text;
+BEGIN
+    SELECT * INTO STRICT v_c FROM fanout.capture c WHERE c.capture_id = p_capture_id;
+    v_t := fanout._topic(v_c.topic);
+    -- The row image of s.j (to_jsonb of a transition row).
+    v_img := CASE
+        WHEN v_c.columns IS NOT NULL THEN
+            format('(SELECT coalesce(jsonb_object_agg(e.key, e.value), ''{}'') FROM jsonb_each(s.j) e
+                     WHERE e.key = ANY (%L::text[]) AND e.key <> ALL (%L::text[]))', v_c.columns, v_c.exclude_columns)
+        WHEN cardinality(v_c.exclude_columns) > 0 THEN format('(s.j - %L::text[])', v_c.exclude_columns)
+        ELSE 's.j' END;
+    v_key := 'jsonb_build_object(' || (SELECT string_agg(format('%L, s.j -> %L', k, k), ', ')
+                                       FROM unnest(v_c.key_columns) AS k) || ')';
+    v_grp := CASE WHEN cardinality(v_c.key_columns) = 1 THEN format('s.j ->> %L', v_c.key_columns[1])
+                  ELSE v_key || '::text' END;
+    v_join := (SELECT string_agg(format('o.k -> %1$L = n.k -> %1$L', k), ' AND ') FROM unnest(v_c.key_columns) AS k);
+    EXECUTE format($ddl$
+        CREATE OR REPLACE FUNCTION fanout_data.%1$I()
+        RETURNS trigger
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, fanout, pg_temp
+        AS $body$
+        DECLARE
+            v_table    text := format('%%I.%%I', TG_TABLE_SCHEMA, TG_TABLE_NAME);
+            v_t        fanout.topic;
+            v_payloads jsonb[];
+            v_groups   text[];
+            v_headers  jsonb[];
+            v_bad      boolean;
+            v_i        int;
+        BEGIN
+            IF NOT fanout._may(%2$L, 'publish') THEN
+                PERFORM fanout._authorize(%2$L, 'publish');
+            END IF;
+            PERFORM pg_advisory_xact_lock_shared(%3$s::bigint # (pg_backend_pid() %% 32));
+            SELECT * INTO v_t FROM fanout.topic t WHERE t.topic = %2$L;
+            IF TG_OP = 'TRUNCATE' THEN
+                v_payloads := ARRAY[jsonb_build_object('op', 'truncate', 'table', v_table)];
+                v_headers := ARRAY[jsonb_build_object('pgq_capture', v_table, 'op', 'truncate')];
+            ELSIF TG_OP = 'INSERT' THEN
+                SELECT array_agg(jsonb_build_object('op', 'insert', 'table', v_table, 'key', %5$s, 'new', %4$s)),
+                       array_agg(%6$s)
+                INTO v_payloads, v_groups
+                FROM (SELECT to_jsonb(n) AS j FROM fanout_new n) s;
+                v_headers := array_fill(jsonb_build_object('pgq_capture', v_table, 'op', 'insert'),
+                                        ARRAY[cardinality(v_payloads)]);
+            ELSIF TG_OP = 'DELETE' THEN
+                SELECT array_agg(jsonb_build_object('op', 'delete', 'table', v_table, 'key', %5$s, 'old', %4$s)),
+                       array_agg(%6$s)
+                INTO v_payloads, v_groups
+                FROM (SELECT to_jsonb(o) AS j FROM fanout_old o) s;
+                v_headers := array_fill(jsonb_build_object('pgq_capture', v_table, 'op', 'delete'),
+                                        ARRAY[cardinality(v_payloads)]);
+            ELSE
+                -- Old and new rows paired by the key: a new row alone is an
+                -- insert (a key change), an old one alone a delete; deletes
+                -- first, then the rows in the order the statement wrote them.
+                WITH n AS (SELECT row_number() OVER () AS ord, %5$s AS k, %6$s AS g, %4$s AS img
+                           FROM (SELECT to_jsonb(x) AS j FROM fanout_new x) s),
+                     o AS (SELECT row_number() OVER () AS ord, %5$s AS k, %6$s AS g, %4$s AS img
+                           FROM (SELECT to_jsonb(x) AS j FROM fanout_old x) s),
+                     m AS (
+                        SELECT n.k IS NOT NULL AS phase, coalesce(n.ord, o.ord) AS ord,
+                               coalesce(n.k, o.k) AS k, coalesce(n.g, o.g) AS g, n.img AS new_img, o.img AS old_img,
+                               d.changed, d.old_changed
+                        FROM n FULL JOIN o ON %7$s
+                        LEFT JOIN LATERAL (
+                            SELECT array_agg(e.key ORDER BY e.key) AS changed,
+                                   jsonb_object_agg(e.key, o.img -> e.key) AS old_changed
+                            FROM jsonb_each(n.img) e
+                            WHERE e.value IS DISTINCT FROM o.img -> e.key) d ON n.k IS NOT NULL AND o.k IS NOT NULL)
+                SELECT array_agg(CASE WHEN m.old_img IS NULL
+                                      THEN jsonb_build_object('op', 'insert', 'table', v_table, 'key', m.k, 'new', m.new_img)
+                                      WHEN m.new_img IS NULL
+                                      THEN jsonb_build_object('op', 'delete', 'table', v_table, 'key', m.k, 'old', m.old_img)
+                                      ELSE jsonb_build_object('op', 'update', 'table', v_table, 'key', m.k,
+                                                              'new', m.new_img, 'old', m.old_changed,
+                                                              'changed', to_jsonb(m.changed)) END
+                                 ORDER BY m.phase, m.ord),
+                       array_agg(m.g ORDER BY m.phase, m.ord),
+                       array_agg(jsonb_build_object('pgq_capture', v_table, 'op',
+                                                    CASE WHEN m.old_img IS NULL THEN 'insert'
+                                                         WHEN m.new_img IS NULL THEN 'delete' ELSE 'update' END)
+                                 ORDER BY m.phase, m.ord)
+                INTO v_payloads, v_groups, v_headers
+                FROM m
+                WHERE m.old_img IS NULL OR m.new_img IS NULL OR m.changed IS NOT NULL;
+            END IF;
+            IF v_payloads IS NULL THEN
+                RETURN NULL;
+            END IF;
+            IF v_t.topic_id IS DISTINCT FROM %8$s OR v_t.sequence_ordering THEN
+                PERFORM fanout.publish_batch(%2$L, v_payloads, v_headers, v_groups);
+                RETURN NULL;
+            END IF;
+            -- Only what can fail is checked by fanout._check_message (as
+            -- fanout.publish_batch does): a message over the topic's size, a
+            -- key that is no valid message_group, and (once) a pubsub topic
+            -- that blocks writes without subscriptions.
+            SELECT bool_or(octet_length(u.p::text) + octet_length(u.h::text) + coalesce(octet_length(u.g), 0)
+                               > v_t.max_payload_bytes
+                           OR (u.g IS NOT NULL AND NOT (u.g ~ '^[!-~]' AND char_length(u.g) <= 512
+                                                        AND u.g !~ '[[:cntrl:]]')))
+            INTO v_bad
+            FROM unnest(v_payloads, v_headers, v_groups) AS u(p, h, g);
+            IF v_bad THEN
+                FOR v_i IN 1 .. cardinality(v_payloads) LOOP
+                    PERFORM fanout._check_message(v_t, v_payloads[v_i], v_headers[v_i], v_groups[v_i], v_i);
+                END LOOP;
+            ELSIF v_t.semantics = 'pubsub' AND v_t.block_writes_without_subscriptions THEN
+                PERFORM fanout._check_message(v_t, v_payloads[1], v_headers[1], v_groups[1], 1);
+            END IF;
+            PERFORM fanout_data.%9$I(v_payloads, v_headers, v_groups);
+            RETURN NULL;
+        END
+        $body$$ddl$,
+        v_fn, v_t.topic, fanout._topic_lock_key(v_t.topic), v_img, v_key, v_grp, v_join, v_t.topic_id,
+        v_t.data_table || '_insert_batch');
+    EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I() FROM PUBLIC', v_fn);
+    RETURN format('fanout_data.%I()', v_fn)::regprocedure;
+END
+$fn$;
