@@ -24,7 +24,9 @@
 --     instead, which raises what publish raises.
 -- Row images are to_jsonb(row) and keys are read from it, so a column added,
 -- dropped or renamed later changes the images from the next statement on,
--- without regenerating. Nobody but the owner may call it.
+-- without regenerating; a statement on a row whose image lacks a captured
+-- key column (renamed or dropped) fails with PGQ03 until the owner calls
+-- fanout.capture_table again, rather than publish a message without a key. Nobody but the owner may call it.
 -- Tables: fanout.capture, fanout.topic; creates a function in fanout_data.
 CREATE OR REPLACE FUNCTION fanout._capture_generate(p_capture_id bigint)
 RETURNS regprocedure
@@ -39,6 +41,7 @@ DECLARE
     v_key   text;
     v_grp   text;
     v_join  text;
+    v_nokey text;
 BEGIN
     SELECT * INTO STRICT v_c FROM fanout.capture c WHERE c.capture_id = p_capture_id;
     v_t := fanout._topic(v_c.topic);
@@ -53,6 +56,7 @@ BEGIN
                                        FROM unnest(v_c.key_columns) AS k) || ')';
     v_grp := CASE WHEN cardinality(v_c.key_columns) = 1 THEN format('s.j ->> %L', v_c.key_columns[1])
                   ELSE v_key || '::text' END;
+    v_nokey := (SELECT string_agg(format('s.j -> %L IS NULL', k), ' OR ') FROM unnest(v_c.key_columns) AS k);
     v_join := (SELECT string_agg(format('o.k -> %1$L = n.k -> %1$L', k), ' AND ') FROM unnest(v_c.key_columns) AS k);
     EXECUTE format($ddl$
         CREATE OR REPLACE FUNCTION fanout_data.%1$I()
@@ -67,6 +71,7 @@ BEGIN
             v_groups   text[];
             v_headers  jsonb[];
             v_bad      boolean;
+            v_nokey    boolean;
             v_i        int;
         BEGIN
             IF NOT fanout._may(%2$L, 'publish') THEN
@@ -79,15 +84,15 @@ BEGIN
                 v_headers := ARRAY[jsonb_build_object('pgq_capture', v_table, 'op', 'truncate')];
             ELSIF TG_OP = 'INSERT' THEN
                 SELECT array_agg(jsonb_build_object('op', 'insert', 'table', v_table, 'key', %5$s, 'new', %4$s)),
-                       array_agg(%6$s)
-                INTO v_payloads, v_groups
+                       array_agg(%6$s), bool_or(%10$s)
+                INTO v_payloads, v_groups, v_nokey
                 FROM (SELECT to_jsonb(n) AS j FROM fanout_new n) s;
                 v_headers := array_fill(jsonb_build_object('pgq_capture', v_table, 'op', 'insert'),
                                         ARRAY[cardinality(v_payloads)]);
             ELSIF TG_OP = 'DELETE' THEN
                 SELECT array_agg(jsonb_build_object('op', 'delete', 'table', v_table, 'key', %5$s, 'old', %4$s)),
-                       array_agg(%6$s)
-                INTO v_payloads, v_groups
+                       array_agg(%6$s), bool_or(%10$s)
+                INTO v_payloads, v_groups, v_nokey
                 FROM (SELECT to_jsonb(o) AS j FROM fanout_old o) s;
                 v_headers := array_fill(jsonb_build_object('pgq_capture', v_table, 'op', 'delete'),
                                         ARRAY[cardinality(v_payloads)]);
@@ -95,14 +100,14 @@ BEGIN
                 -- Old and new rows paired by the key: a new row alone is an
                 -- insert (a key change), an old one alone a delete; deletes
                 -- first, then the rows in the order the statement wrote them.
-                WITH n AS (SELECT row_number() OVER () AS ord, %5$s AS k, %6$s AS g, %4$s AS img
+                WITH n AS (SELECT row_number() OVER () AS ord, %5$s AS k, %6$s AS g, %4$s AS img, (%10$s) AS nokey
                            FROM (SELECT to_jsonb(x) AS j FROM fanout_new x) s),
-                     o AS (SELECT row_number() OVER () AS ord, %5$s AS k, %6$s AS g, %4$s AS img
+                     o AS (SELECT row_number() OVER () AS ord, %5$s AS k, %6$s AS g, %4$s AS img, (%10$s) AS nokey
                            FROM (SELECT to_jsonb(x) AS j FROM fanout_old x) s),
                      m AS (
                         SELECT n.k IS NOT NULL AS phase, coalesce(n.ord, o.ord) AS ord,
                                coalesce(n.k, o.k) AS k, coalesce(n.g, o.g) AS g, n.img AS new_img, o.img AS old_img,
-                               d.changed, d.old_changed
+                               d.changed, d.old_changed, coalesce(n.nokey, o.nokey) AS nokey
                         FROM n FULL JOIN o ON %7$s
                         LEFT JOIN LATERAL (
                             SELECT array_agg(e.key ORDER BY e.key) AS changed,
@@ -121,13 +126,19 @@ BEGIN
                        array_agg(jsonb_build_object('pgq_capture', v_table, 'op',
                                                     CASE WHEN m.old_img IS NULL THEN 'insert'
                                                          WHEN m.new_img IS NULL THEN 'delete' ELSE 'update' END)
-                                 ORDER BY m.phase, m.ord)
-                INTO v_payloads, v_groups, v_headers
+                                 ORDER BY m.phase, m.ord),
+                       bool_or(m.nokey)
+                INTO v_payloads, v_groups, v_headers, v_nokey
                 FROM m
                 WHERE m.old_img IS NULL OR m.new_img IS NULL OR m.changed IS NOT NULL;
             END IF;
             IF v_payloads IS NULL THEN
                 RETURN NULL;
+            END IF;
+            IF v_nokey THEN
+                RAISE EXCEPTION 'table %% has no column %% of its captured primary key any more', v_table, %11$L
+                    USING ERRCODE = 'PGQ03',
+                          HINT = format('the table''s owner calls fanout.capture_table(%%L, %%L) again', v_table, %2$L);
             END IF;
             IF v_t.topic_id IS DISTINCT FROM %8$s OR v_t.sequence_ordering THEN
                 PERFORM fanout.publish_batch(%2$L, v_payloads, v_headers, v_groups);
@@ -155,7 +166,7 @@ BEGIN
         END
         $body$$ddl$,
         v_fn, v_t.topic, fanout._topic_lock_key(v_t.topic), v_img, v_key, v_grp, v_join, v_t.topic_id,
-        v_t.data_table || '_insert_batch');
+        v_t.data_table || '_insert_batch', v_nokey, array_to_string(v_c.key_columns, ', '));
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I() FROM PUBLIC', v_fn);
     RETURN format('fanout_data.%I()', v_fn)::regprocedure;
 END

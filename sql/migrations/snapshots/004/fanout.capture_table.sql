@@ -15,7 +15,7 @@
 -- Returns the capture's id.
 -- Raises: PGQ01 (no such topic), PGQ03 (NULL arguments, a table that is not
 -- an ordinary or partitioned table, has no primary key, or is captured into
--- another topic; an unknown column), PGQ21 (not the table's owner, or no
+-- another topic; an unknown column; a sequence-ordered topic), PGQ21 (not the table's owner, or no
 -- publish grant on the topic). The triggers are created by pgq's owner (the
 -- role that installed it): it needs the TRIGGER privilege on the table
 -- unless it is a superuser.
@@ -46,6 +46,10 @@ BEGIN
     v_t := fanout._topic($2);
     PERFORM fanout._authorize(v_t.topic, 'publish');
     PERFORM fanout._capture_check_owner($1, 'capture');
+    IF v_t.sequence_ordering THEN
+        RAISE EXCEPTION 'topic % is sequence-ordered: captured changes have no sequence numbers', quote_literal(v_t.topic)
+            USING ERRCODE = 'PGQ03', HINT = 'capture into a topic without sequence_ordering';
+    END IF;
     SELECT * INTO STRICT v_rel FROM pg_class c WHERE c.oid = $1;
     IF v_rel.relkind NOT IN ('r', 'p') THEN
         RAISE EXCEPTION 'only ordinary and partitioned tables can be captured; % is not one', $1
