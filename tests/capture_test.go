@@ -468,3 +468,45 @@ func TestCaptureUpgradeFromRelease(t *testing.T) {
 	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM fanout.captures WHERE table_name = 'upt'::regclass`).Scan(&n))
 	require.Equal(t, 1, n)
 }
+
+// UPDATE pairs each old row with its new row: on a partitioned table also
+// when rows move between partitions, and a statement that swaps two keys
+// publishes deletes and inserts with the right images.
+func TestCaptureUpdatePairsRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	db := b.Pool
+	b.createTopic(t, db, "pt.changes")
+	for _, sql := range []string{
+		`CREATE TABLE pt (id int, region text, v int, PRIMARY KEY (id, region)) PARTITION BY LIST (region)`,
+		`CREATE TABLE pt_eu PARTITION OF pt FOR VALUES IN ('eu')`,
+		`CREATE TABLE pt_us PARTITION OF pt FOR VALUES IN ('us')`,
+		`SELECT fanout.capture_table('pt', 'pt.changes')`,
+		`INSERT INTO pt SELECT g, CASE WHEN g % 2 = 0 THEN 'eu' ELSE 'us' END, g FROM generate_series(1, 6) g`,
+		`UPDATE pt SET v = v * 10 WHERE id <= 4`,                               // in place
+		`UPDATE pt SET region = 'us', v = -id WHERE region = 'eu' AND id <= 4`, // moves partition: key change
+		`CREATE TABLE sw (id int PRIMARY KEY DEFERRABLE INITIALLY DEFERRED, v text)`,
+		`SELECT fanout.capture_table('sw', 'pt.changes')`,
+		`INSERT INTO sw VALUES (1, 'one'), (2, 'two')`,
+		`UPDATE sw SET id = 3 - id`,
+	} {
+		_, err := db.Exec(b.ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	got := b.drainCaptured(t, db, "pt.changes", nil)
+	var desc []string
+	for _, m := range got {
+		img := m.New
+		if m.Op == "delete" {
+			img = m.Old
+		}
+		desc = append(desc, fmt.Sprintf("%s %v/%v v=%v", m.Op, m.Key["id"], m.Key["region"], img["v"]))
+	}
+	require.Equal(t, []string{
+		"insert 1/us v=1", "insert 2/eu v=2", "insert 3/us v=3", "insert 4/eu v=4", "insert 5/us v=5", "insert 6/eu v=6",
+		"update 2/eu v=20", "update 4/eu v=40", "update 1/us v=10", "update 3/us v=30", // partitions in scan order
+		"delete 2/eu v=20", "delete 4/eu v=40", "insert 2/us v=-2", "insert 4/us v=-4",
+		"insert 1/<nil> v=one", "insert 2/<nil> v=two",
+		"delete 1/<nil> v=one", "delete 2/<nil> v=two", "insert 2/<nil> v=one", "insert 1/<nil> v=two",
+	}, desc)
+}

@@ -13,8 +13,9 @@
 --     under the statement;
 --   * builds the messages set-based from the transition tables (shape:
 --     docs/capture.md; insert and delete straight from one side, update
---     pairs old and new rows by the primary key: a key change is a delete
---     and an insert, an update of no captured column publishes nothing);
+--     zips old and new rows, which the transition tables hold in step: a
+--     key change is a delete and an insert, an update of no captured
+--     column publishes nothing);
 --   * checks size and message_group only where they can fail
 --     (fanout._check_message raises PGQ05/PGQ03 naming the element), and a
 --     pubsub topic's block_writes_without_subscriptions (PGQ07);
@@ -97,40 +98,47 @@ BEGIN
                 v_headers := array_fill(jsonb_build_object('pgq_capture', v_table, 'op', 'delete'),
                                         ARRAY[cardinality(v_payloads)]);
             ELSE
-                -- Old and new rows paired by the key: a new row alone is an
-                -- insert (a key change), an old one alone a delete; deletes
-                -- first, then the rows in the order the statement wrote them.
-                WITH n AS (SELECT row_number() OVER () AS ord, %5$s AS k, %6$s AS g, %4$s AS img, (%10$s) AS nokey
-                           FROM (SELECT to_jsonb(x) AS j FROM fanout_new x) s),
-                     o AS (SELECT row_number() OVER () AS ord, %5$s AS k, %6$s AS g, %4$s AS img, (%10$s) AS nokey
-                           FROM (SELECT to_jsonb(x) AS j FROM fanout_old x) s),
+                -- The transition tables hold an UPDATE's old and new rows
+                -- in step (row i of each is one updated row); zipped, not
+                -- joined. A pair with the same key is an update (published
+                -- when a captured column changed), one whose key changed a
+                -- delete of the old key and an insert of the new one;
+                -- deletes first, then the rows in the order the statement
+                -- wrote them.
+                WITH q AS (
+                    SELECT u.ord, nn.k AS nk, nn.g AS ng, nn.img AS nimg, oo.k AS ok, oo.g AS og, oo.img AS oimg,
+                           nn.nokey OR oo.nokey AS nokey
+                    FROM ROWS FROM (unnest(ARRAY(SELECT to_jsonb(x) FROM fanout_old x)),
+                                    unnest(ARRAY(SELECT to_jsonb(x) FROM fanout_new x))) WITH ORDINALITY AS u(oj, nj, ord)
+                    CROSS JOIN LATERAL (SELECT %5$s AS k, %6$s AS g, %4$s AS img, (%10$s) AS nokey
+                                        FROM (SELECT u.nj AS j) s) nn
+                    CROSS JOIN LATERAL (SELECT %5$s AS k, %6$s AS g, %4$s AS img, (%10$s) AS nokey
+                                        FROM (SELECT u.oj AS j) s) oo),
                      m AS (
-                        SELECT n.k IS NOT NULL AS phase, coalesce(n.ord, o.ord) AS ord,
-                               coalesce(n.k, o.k) AS k, coalesce(n.g, o.g) AS g, n.img AS new_img, o.img AS old_img,
-                               d.changed, d.old_changed, coalesce(n.nokey, o.nokey) AS nokey
-                        FROM n FULL JOIN o ON %7$s
-                        LEFT JOIN LATERAL (
-                            SELECT array_agg(e.key ORDER BY e.key) AS changed,
-                                   jsonb_object_agg(e.key, o.img -> e.key) AS old_changed
-                            FROM jsonb_each(n.img) e
-                            WHERE e.value IS DISTINCT FROM o.img -> e.key) d ON n.k IS NOT NULL AND o.k IS NOT NULL)
-                SELECT array_agg(CASE WHEN m.old_img IS NULL
-                                      THEN jsonb_build_object('op', 'insert', 'table', v_table, 'key', m.k, 'new', m.new_img)
-                                      WHEN m.new_img IS NULL
-                                      THEN jsonb_build_object('op', 'delete', 'table', v_table, 'key', m.k, 'old', m.old_img)
-                                      ELSE jsonb_build_object('op', 'update', 'table', v_table, 'key', m.k,
-                                                              'new', m.new_img, 'old', m.old_changed,
-                                                              'changed', to_jsonb(m.changed)) END
-                                 ORDER BY m.phase, m.ord),
-                       array_agg(m.g ORDER BY m.phase, m.ord),
-                       array_agg(jsonb_build_object('pgq_capture', v_table, 'op',
-                                                    CASE WHEN m.old_img IS NULL THEN 'insert'
-                                                         WHEN m.new_img IS NULL THEN 'delete' ELSE 'update' END)
-                                 ORDER BY m.phase, m.ord),
-                       bool_or(m.nokey)
+                        SELECT true AS phase, q.ord, q.nk AS k, q.ng AS g, 'update' AS op,
+                               jsonb_build_object('op', 'update', 'table', v_table, 'key', q.nk, 'new', q.nimg,
+                                                  'old', d.old_changed, 'changed', to_jsonb(d.changed)) AS p,
+                               q.nokey
+                        FROM q
+                        CROSS JOIN LATERAL (
+                            SELECT array_agg(c ORDER BY c) AS changed, jsonb_object_agg(c, q.oimg -> c) AS old_changed
+                            FROM jsonb_object_keys(q.nimg) AS c
+                            WHERE q.nimg -> c IS DISTINCT FROM q.oimg -> c) d
+                        WHERE q.nk = q.ok AND d.changed IS NOT NULL
+                        UNION ALL
+                        SELECT false, q.ord, q.ok, q.og, 'delete',
+                               jsonb_build_object('op', 'delete', 'table', v_table, 'key', q.ok, 'old', q.oimg), q.nokey
+                        FROM q WHERE q.nk IS DISTINCT FROM q.ok
+                        UNION ALL
+                        SELECT true, q.ord, q.nk, q.ng, 'insert',
+                               jsonb_build_object('op', 'insert', 'table', v_table, 'key', q.nk, 'new', q.nimg), q.nokey
+                        FROM q WHERE q.nk IS DISTINCT FROM q.ok)
+                -- One sort for the three arrays: aggregates over a sorted
+                -- subquery take its order.
+                SELECT array_agg(m.p), array_agg(m.g),
+                       array_agg(jsonb_build_object('pgq_capture', v_table, 'op', m.op)), bool_or(m.nokey)
                 INTO v_payloads, v_groups, v_headers, v_nokey
-                FROM m
-                WHERE m.old_img IS NULL OR m.new_img IS NULL OR m.changed IS NOT NULL;
+                FROM (SELECT * FROM m ORDER BY m.phase, m.ord) m;
             END IF;
             IF v_payloads IS NULL THEN
                 RETURN NULL;
