@@ -105,40 +105,34 @@ BEGIN
                 -- delete of the old key and an insert of the new one;
                 -- deletes first, then the rows in the order the statement
                 -- wrote them.
-                WITH q AS (
-                    SELECT u.ord, nn.k AS nk, nn.g AS ng, nn.img AS nimg, oo.k AS ok, oo.g AS og, oo.img AS oimg,
-                           nn.nokey OR oo.nokey AS nokey
+                SELECT array_agg(m.p), array_agg(m.g),
+                       array_agg(jsonb_build_object('pgq_capture', v_table, 'op', m.op)), bool_or(m.nokey)
+                INTO v_payloads, v_groups, v_headers, v_nokey
+                FROM (
+                    SELECT CASE v.op
+                               WHEN 'update' THEN jsonb_build_object('op', 'update', 'table', v_table, 'key', nn.k,
+                                                                     'new', nn.img, 'old', d.old_changed,
+                                                                     'changed', to_jsonb(d.changed))
+                               WHEN 'delete' THEN jsonb_build_object('op', 'delete', 'table', v_table, 'key', oo.k,
+                                                                     'old', oo.img)
+                               ELSE jsonb_build_object('op', 'insert', 'table', v_table, 'key', nn.k, 'new', nn.img)
+                           END AS p,
+                           CASE v.op WHEN 'delete' THEN oo.g ELSE nn.g END AS g, v.op, nn.nokey OR oo.nokey AS nokey
                     FROM ROWS FROM (unnest(ARRAY(SELECT to_jsonb(x) FROM fanout_old x)),
                                     unnest(ARRAY(SELECT to_jsonb(x) FROM fanout_new x))) WITH ORDINALITY AS u(oj, nj, ord)
                     CROSS JOIN LATERAL (SELECT %5$s AS k, %6$s AS g, %4$s AS img, (%10$s) AS nokey
                                         FROM (SELECT u.nj AS j) s) nn
                     CROSS JOIN LATERAL (SELECT %5$s AS k, %6$s AS g, %4$s AS img, (%10$s) AS nokey
-                                        FROM (SELECT u.oj AS j) s) oo),
-                     m AS (
-                        SELECT true AS phase, q.ord, q.nk AS k, q.ng AS g, 'update' AS op,
-                               jsonb_build_object('op', 'update', 'table', v_table, 'key', q.nk, 'new', q.nimg,
-                                                  'old', d.old_changed, 'changed', to_jsonb(d.changed)) AS p,
-                               q.nokey
-                        FROM q
-                        CROSS JOIN LATERAL (
-                            SELECT array_agg(c ORDER BY c) AS changed, jsonb_object_agg(c, q.oimg -> c) AS old_changed
-                            FROM jsonb_object_keys(q.nimg) AS c
-                            WHERE q.nimg -> c IS DISTINCT FROM q.oimg -> c) d
-                        WHERE q.nk = q.ok AND d.changed IS NOT NULL
-                        UNION ALL
-                        SELECT false, q.ord, q.ok, q.og, 'delete',
-                               jsonb_build_object('op', 'delete', 'table', v_table, 'key', q.ok, 'old', q.oimg), q.nokey
-                        FROM q WHERE q.nk IS DISTINCT FROM q.ok
-                        UNION ALL
-                        SELECT true, q.ord, q.nk, q.ng, 'insert',
-                               jsonb_build_object('op', 'insert', 'table', v_table, 'key', q.nk, 'new', q.nimg), q.nokey
-                        FROM q WHERE q.nk IS DISTINCT FROM q.ok)
-                -- One sort for the three arrays: aggregates over a sorted
-                -- subquery take its order.
-                SELECT array_agg(m.p), array_agg(m.g),
-                       array_agg(jsonb_build_object('pgq_capture', v_table, 'op', m.op)), bool_or(m.nokey)
-                INTO v_payloads, v_groups, v_headers, v_nokey
-                FROM (SELECT * FROM m ORDER BY m.phase, m.ord) m;
+                                        FROM (SELECT u.oj AS j) s) oo
+                    CROSS JOIN LATERAL (
+                        SELECT array_agg(c ORDER BY c) AS changed, jsonb_object_agg(c, oo.img -> c) AS old_changed
+                        FROM jsonb_object_keys(nn.img) AS c
+                        WHERE nn.k = oo.k AND nn.img -> c IS DISTINCT FROM oo.img -> c) d
+                    CROSS JOIN LATERAL (VALUES (false, 'delete'), (true, 'insert'), (true, 'update')) AS v(phase, op)
+                    WHERE CASE v.op WHEN 'update' THEN d.changed IS NOT NULL ELSE nn.k IS DISTINCT FROM oo.k END
+                    -- One sort for the three arrays: aggregates over a
+                    -- sorted subquery take its order.
+                    ORDER BY v.phase, u.ord) m;
             END IF;
             IF v_payloads IS NULL THEN
                 RETURN NULL;
