@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -509,4 +510,34 @@ func TestCaptureUpdatePairsRows(t *testing.T) {
 		"insert 1/<nil> v=one", "insert 2/<nil> v=two",
 		"delete 1/<nil> v=one", "delete 2/<nil> v=two", "insert 2/<nil> v=one", "insert 1/<nil> v=two",
 	}, desc)
+}
+
+// The generated trigger function compiles the topic's and the columns'
+// names in: names that contain a dollar quote (the fixed tag the body was
+// once quoted with) are captured as any other and cannot end the body.
+func TestCaptureNamesWithDollarQuotes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	db := b.Pool
+	const topic = `q$body$x'; SELECT 1; --`
+	b.createTopic(t, db, topic)
+	for _, sql := range []string{
+		`CREATE TABLE "t$body$" ("id$body$" int PRIMARY KEY, "secret$body$" text, v text)`,
+		`SELECT fanout.capture_table('"t$body$"', $1, exclude_columns => ARRAY['secret$body$'])`,
+		`INSERT INTO "t$body$" VALUES (1, 's', 'v')`,
+	} {
+		var err error
+		if strings.Contains(sql, "$1") {
+			_, err = db.Exec(b.ctx, sql, topic)
+		} else {
+			_, err = db.Exec(b.ctx, sql)
+		}
+		require.NoError(t, err, sql)
+	}
+	var payload []byte
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT payload FROM fanout_data.`+b.dataTable(t, topic)).Scan(&payload))
+	var c capturedMsg
+	require.NoError(t, json.Unmarshal(payload, &c))
+	require.Equal(t, map[string]any{"id$body$": 1.0}, c.Key)
+	require.Equal(t, map[string]any{"id$body$": 1.0, "v": "v"}, c.New)
 }

@@ -27,7 +27,9 @@
 -- dropped or renamed later changes the images from the next statement on,
 -- without regenerating; a statement on a row whose image lacks a captured
 -- key column (renamed or dropped) fails with PGQ03 until the owner calls
--- fanout.capture_table again, rather than publish a message without a key. Nobody but the owner may call it.
+-- fanout.capture_table again, rather than publish a message without a key.
+-- The body's dollar quote is a random tag found nowhere else in it, so no
+-- topic or column name can end it early. Nobody but the owner may call it.
 -- Tables: fanout.capture, fanout.topic; creates a function in fanout_data.
 CREATE OR REPLACE FUNCTION fanout._capture_generate(p_capture_id bigint)
 RETURNS regprocedure
@@ -41,8 +43,9 @@ DECLARE
     v_img   text;
     v_key   text;
     v_grp   text;
-    v_join  text;
     v_nokey text;
+    v_tag   text;
+    v_sql   text;
 BEGIN
     SELECT * INTO STRICT v_c FROM fanout.capture c WHERE c.capture_id = p_capture_id;
     v_t := fanout._topic(v_c.topic);
@@ -58,13 +61,16 @@ BEGIN
     v_grp := CASE WHEN cardinality(v_c.key_columns) = 1 THEN format('s.j ->> %L', v_c.key_columns[1])
                   ELSE v_key || '::text' END;
     v_nokey := (SELECT string_agg(format('s.j -> %L IS NULL', k), ' OR ') FROM unnest(v_c.key_columns) AS k);
-    v_join := (SELECT string_agg(format('o.k -> %1$L = n.k -> %1$L', k), ' AND ') FROM unnest(v_c.key_columns) AS k);
-    EXECUTE format($ddl$
+    -- The body's dollar quote: a random tag that occurs nowhere else in the
+    -- function (a topic or a column may be named with any characters).
+    LOOP
+        v_tag := '$capture_' || substr(md5(random()::text), 1, 16) || '$';
+        v_sql := format($ddl$
         CREATE OR REPLACE FUNCTION fanout_data.%1$I()
         RETURNS trigger
         LANGUAGE plpgsql SECURITY DEFINER
         SET search_path = pg_catalog, fanout, pg_temp
-        AS $body$
+        AS %12$s
         DECLARE
             v_table    text := format('%%I.%%I', TG_TABLE_SCHEMA, TG_TABLE_NAME);
             v_t        fanout.topic;
@@ -166,9 +172,12 @@ BEGIN
             PERFORM fanout_data.%9$I(v_payloads, v_headers, v_groups);
             RETURN NULL;
         END
-        $body$$ddl$,
-        v_fn, v_t.topic, fanout._topic_lock_key(v_t.topic), v_img, v_key, v_grp, v_join, v_t.topic_id,
-        v_t.data_table || '_insert_batch', v_nokey, array_to_string(v_c.key_columns, ', '));
+        %12$s$ddl$,
+        v_fn, v_t.topic, fanout._topic_lock_key(v_t.topic), v_img, v_key, v_grp, NULL, v_t.topic_id,
+        v_t.data_table || '_insert_batch', v_nokey, array_to_string(v_c.key_columns, ', '), v_tag);
+        EXIT WHEN length(v_sql) - length(replace(v_sql, v_tag, '')) = 2 * length(v_tag);
+    END LOOP;
+    EXECUTE v_sql;
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I() FROM PUBLIC', v_fn);
     RETURN format('fanout_data.%I()', v_fn)::regprocedure;
 END
