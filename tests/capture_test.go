@@ -274,6 +274,11 @@ func TestCaptureTableGrantsAndErrors(t *testing.T) {
 
 	_, err = ownerConn.Exec(b.ctx, `SELECT fanout.capture_table('capt.t', 'a.changes', columns => ARRAY['v'])`)
 	require.NoError(t, err)
+	// Only the owner may uncapture it, too (the check capture_table makes).
+	_, err = stranger.Exec(b.ctx, `SELECT fanout.uncapture_table('capt.t')`)
+	requireSQLState(t, err, "PGQ21")
+	_, err = stranger.Exec(b.ctx, `SELECT fanout.uncapture_table(NULL)`)
+	requireSQLState(t, err, "PGQ03")
 	_, err = ownerConn.Exec(b.ctx, `SELECT fanout.capture_table('capt.t', 'b.changes')`)
 	requireSQLState(t, err, "PGQ21")
 	_, err = db.Exec(b.ctx, `SELECT fanout.capture_table('capt.t', 'b.changes')`)
