@@ -23,6 +23,8 @@ CHAOS_CI_PORT  ?= $(shell expr $(TEST_PORT) + 11)
 FAILOVER_PORT  ?= $(shell expr $(TEST_PORT) + 13)
 # The backup/restore and uninstall test's second cluster (after FAILOVER_PORT's two).
 BACKUP_PORT    ?= $(shell expr $(TEST_PORT) + 15)
+# The relay tests' NATS servers (nats-server, JetStream): NATS_PORT and NATS_PORT + 1.
+NATS_PORT      ?= $(shell expr $(TEST_PORT) + 57)
 LISTEN         ?= 127.0.0.1:9187
 
 .PHONY: all help build run test lint deps bench bench-quick bench-lt chaos verify-sql snapshot-sql gen-upgrade upgrade-test db-stop clean
@@ -70,9 +72,9 @@ test: build ## lint + Go tests + psql walkthrough + Python/Node examples + pg_cr
 	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
 	export DATABASE_URL PGQ_TEST_RESTART_PORT=$(RESTART_PORT) PGQ_TEST_PGBOUNCER_PORT=$(PGBOUNCER_PORT) \
 	  PGQ_TEST_CHAOS_PORT=$(CHAOS_CI_PORT) PGQ_TEST_TWOPC_PORT=$(TWOPC_PORT) PGQ_TEST_NOT_RUN=$(CURDIR)/.pgq-dev/not-run.log \
-	  PGQ_TEST_FAILOVER_PORT=$(FAILOVER_PORT) PGQ_TEST_BACKUP_PORT=$(BACKUP_PORT); \
+	  PGQ_TEST_FAILOVER_PORT=$(FAILOVER_PORT) PGQ_TEST_BACKUP_PORT=$(BACKUP_PORT) PGQ_TEST_NATS_PORT=$(NATS_PORT); \
 	trap 'scripts/test-cleanup.sh "$$DATABASE_URL" || true' EXIT; \
-	scripts/deps.sh ensure pg_cron pgbouncer psycopg node promtool || { \
+	scripts/deps.sh ensure pg_cron pgbouncer psycopg node promtool nats || { \
 	  echo "make test: a component the suite exercises is missing (see above): run 'sudo make deps', then make test" >&2; \
 	  exit 1; }; \
 	mkdir -p .pgq-dev; rm -f .pgq-dev/not-run.log; \
@@ -95,8 +97,8 @@ test: build ## lint + Go tests + psql walkthrough + Python/Node examples + pg_cr
 lint: ## go vet + staticcheck (pinned version, via go run)
 	scripts/lint.sh
 
-deps: ## install what make test exercises: pg_cron, PgBouncer, psycopg, Node pg, promtool (as root)
-	scripts/deps.sh ensure pg_cron pgbouncer psycopg node promtool
+deps: ## install what make test exercises: pg_cron, PgBouncer, psycopg, Node pg, promtool, nats-server (as root)
+	scripts/deps.sh ensure pg_cron pgbouncer psycopg node promtool nats
 
 # On its own cluster the bench installs Skytools PgQ (Debian's
 # postgresql-<major>-pgq3, as root) for its PgQ baseline; without it those

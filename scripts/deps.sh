@@ -11,6 +11,7 @@
 #   psycopg    Debian python3-psycopg (psycopg 3) for /usr/bin/python3
 #   node       Node.js + npm, and examples/node/node_modules from the lockfile
 #   pgq3       Debian postgresql-<major>-pgq3 (Skytools PgQ, make bench's baseline)
+#   nats       Debian nats-server (the relay's test broker, JetStream on)
 #   promtool   promtool from Debian's prometheus package: on PATH, or else
 #              extracted from the package (apt-get download, no install: the
 #              package's Prometheus server is neither installed nor started)
@@ -40,6 +41,7 @@ pkg_of() {
     node) echo "nodejs npm" ;;
     pgq3) echo "postgresql-$(pg_major)-pgq3" ;;
     promtool) echo prometheus ;;
+    nats) echo nats-server ;;
   esac
 }
 
@@ -78,6 +80,7 @@ present() {
             && [ -d "$here/examples/node/node_modules/pg" ] ;;
     pgq3) [ -f "/usr/share/postgresql/$(pg_major)/extension/pgq.control" ] ;;
     promtool) promtool_path >/dev/null ;;
+    nats) command -v nats-server >/dev/null 2>&1 || [ -x /usr/bin/nats-server ] || [ -x /usr/sbin/nats-server ] ;;
     *) log "unknown component $1"; return 2 ;;
   esac
 }
@@ -143,5 +146,5 @@ case "$cmd" in
     rc=0
     for c in "$@"; do ensure "$c" || rc=1; done
     exit $rc ;;
-  *) echo "usage: $0 check|ensure pg_cron|pgbouncer|psycopg|node|pgq3|promtool..." >&2; exit 2 ;;
+  *) echo "usage: $0 check|ensure pg_cron|pgbouncer|psycopg|node|pgq3|promtool|nats..." >&2; exit 2 ;;
 esac

@@ -2,16 +2,23 @@ package tests
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgfanout/pgq/internal/testdb"
+	"github.com/pgfanout/pgq/orchestrator"
 )
 
 // capturedMsg is one captured change as a consumer reads it.
@@ -267,6 +274,11 @@ func TestCaptureTableGrantsAndErrors(t *testing.T) {
 
 	_, err = ownerConn.Exec(b.ctx, `SELECT fanout.capture_table('capt.t', 'a.changes', columns => ARRAY['v'])`)
 	require.NoError(t, err)
+	// Only the owner may uncapture it, too (the check capture_table makes).
+	_, err = stranger.Exec(b.ctx, `SELECT fanout.uncapture_table('capt.t')`)
+	requireSQLState(t, err, "PGQ21")
+	_, err = stranger.Exec(b.ctx, `SELECT fanout.uncapture_table(NULL)`)
+	requireSQLState(t, err, "PGQ03")
 	_, err = ownerConn.Exec(b.ctx, `SELECT fanout.capture_table('capt.t', 'b.changes')`)
 	requireSQLState(t, err, "PGQ21")
 	_, err = db.Exec(b.ctx, `SELECT fanout.capture_table('capt.t', 'b.changes')`)
@@ -293,13 +305,8 @@ func TestCaptureTableGrantsAndErrors(t *testing.T) {
 	_, err = writerConn.Exec(b.ctx, `CREATE TABLE capt.mine (id int PRIMARY KEY)`)
 	require.NoError(t, err)
 	_, err = writerConn.Exec(b.ctx, fmt.Sprintf(`CREATE TRIGGER forged AFTER INSERT ON capt.mine REFERENCING NEW TABLE AS fanout_new
-	    FOR EACH STATEMENT EXECUTE FUNCTION fanout._capture_trigger('%d')`, capID))
-	if err == nil {
-		_, err = writerConn.Exec(b.ctx, `INSERT INTO capt.mine VALUES (1)`)
-		requireSQLState(t, err, "PGQ21")
-	} else {
-		requireSQLState(t, err, "42501") // no EXECUTE on the trigger function: cannot even create it
-	}
+	    FOR EACH STATEMENT EXECUTE FUNCTION fanout_data.capture_%d('%d')`, capID, capID))
+	requireSQLState(t, err, "42501") // no EXECUTE on the generated trigger function: cannot even create it
 	require.NoError(t, db.QueryRow(b.ctx, `SELECT count(*) FROM fanout_data.`+b.dataTable(t, "b.changes")).Scan(&n))
 	require.Zero(t, n, "nothing reached b.changes")
 
@@ -330,4 +337,212 @@ func TestCaptureDocWalkthrough(t *testing.T) {
 		"shop_orders|shop.orders.changes|{id}|{card_token}\n"} {
 		require.Contains(t, string(out), want)
 	}
+}
+
+// Schema changes and edge cases of the generated trigger function: a dropped
+// column leaves the images; a renamed key column fails the write (PGQ03)
+// until capture_table is called again; upserts publish an insert or an
+// update per row; a row over max_payload_bytes (PGQ05) and a key that is no
+// valid message_group (PGQ04: too long) fail the statement; a dropped topic fails it
+// (PGQ01) and a topic created again under the same name is published to;
+// a sequence-ordered topic cannot be captured; uncapture_table drops the
+// generated function.
+func TestCaptureSchemaChangesAndEdges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	db := b.Pool
+	b.createTopic(t, db, "acct.changes", "max_payload_bytes => 2000")
+	b.createTopic(t, db, "seq.changes", "sequence_ordering => true")
+	exec := func(sql string) {
+		t.Helper()
+		_, err := db.Exec(b.ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	exec(`CREATE TABLE acct (id text PRIMARY KEY, balance int, memo text, extra text)`)
+	var capID int64
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT fanout.capture_table('acct', 'acct.changes')`).Scan(&capID))
+
+	exec(`ALTER TABLE acct DROP COLUMN extra`)
+	exec(`INSERT INTO acct VALUES ('a', 1, 'm')`)
+	exec(`INSERT INTO acct VALUES ('a', 5, 'm'), ('b', 2, 'n') ON CONFLICT (id) DO UPDATE SET balance = excluded.balance`)
+	got := b.drainCaptured(t, db, "acct.changes", nil)
+	// An upsert's statement-level triggers: PostgreSQL runs the UPDATE's
+	// before the INSERT's.
+	require.Equal(t, []string{"insert a", "update a", "insert b"}, ops(got))
+	require.Equal(t, map[string]any{"id": "a", "balance": 1.0, "memo": "m"}, got[0].New, "the dropped column is gone")
+	require.Equal(t, []string{"balance"}, got[1].Changed)
+	require.Equal(t, "a", *got[1].Group)
+
+	// Too large a row, a key that is no message_group: the statement fails.
+	_, err := db.Exec(b.ctx, `INSERT INTO acct VALUES ('big', 1, repeat('x', 3000))`)
+	requireSQLState(t, err, "PGQ05")
+	_, err = db.Exec(b.ctx, `INSERT INTO acct VALUES (repeat('k', 600), 1, '')`)
+	requireSQLState(t, err, "PGQ04")
+
+	// The key column renamed: writes fail until the capture is renewed.
+	exec(`ALTER TABLE acct RENAME COLUMN id TO acct_id`)
+	_, err = db.Exec(b.ctx, `UPDATE acct SET balance = 9 WHERE acct_id = 'b'`)
+	requireSQLState(t, err, "PGQ03")
+	exec(`SELECT fanout.capture_table('acct', 'acct.changes')`)
+	exec(`UPDATE acct SET balance = 9 WHERE acct_id = 'b'`)
+	got = b.drainCaptured(t, db, "acct.changes", nil)
+	require.Len(t, got, 1)
+	require.Equal(t, map[string]any{"acct_id": "b"}, got[0].Key)
+
+	// The topic dropped, then created again under the same name.
+	exec(`SELECT fanout.drop_topic('acct.changes')`)
+	_, err = db.Exec(b.ctx, `DELETE FROM acct WHERE acct_id = 'a'`)
+	requireSQLState(t, err, "PGQ01")
+	b.createTopic(t, db, "acct.changes")
+	exec(`DELETE FROM acct WHERE acct_id = 'a'`)
+	got = b.drainCaptured(t, db, "acct.changes", nil)
+	require.Equal(t, []string{"delete <nil>"}, ops(got))
+	require.Equal(t, map[string]any{"acct_id": "a"}, got[0].Key)
+
+	_, err = db.Exec(b.ctx, `CREATE TABLE s (id int PRIMARY KEY); SELECT fanout.capture_table('s', 'seq.changes')`)
+	requireSQLState(t, err, "PGQ03")
+
+	var fn *string
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT to_regprocedure(format('fanout_data.capture_%s()', $1::bigint))::text`,
+		capID).Scan(&fn))
+	require.NotNil(t, fn)
+	exec(`SELECT fanout.uncapture_table('acct')`)
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT to_regprocedure(format('fanout_data.capture_%s()', $1::bigint))::text`,
+		capID).Scan(&fn))
+	require.Nil(t, fn, "uncapture_table drops the generated function")
+	exec(`INSERT INTO acct VALUES ('c', 1, '')`)
+}
+
+// A capture made on release 0.1.0 (its triggers ran fanout._capture_trigger)
+// keeps working after the upgrade: the upgrade re-creates its triggers on
+// the generated function, and the capture stays in fanout.captures.
+func TestCaptureUpgradeFromRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin := testdb.ServerURL(t)
+	root := repoRoot(t)
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	name := "pgq_cap_up_" + hex.EncodeToString(rnd[:])
+	conn, err := pgx.Connect(ctx, admin)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	conn.Close(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if c, err := pgx.Connect(context.Background(), admin); err == nil {
+			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+			c.Close(context.Background())
+		}
+	})
+	url := testdb.WithDatabase(admin, name)
+	migrate := func(args ...string) {
+		cmd := exec.Command("go", append([]string{"tool", "tern", "migrate", "--migrations", "sql/migrations",
+			"--conn-string", url, "--version-table", orchestrator.VersionTable}, args...)...)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "tern migrate: %s", out)
+	}
+	migrate("--destination", "3") // release 0.1.0
+	db, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	for _, sql := range []string{
+		`SELECT fanout.create_topic('up.changes')`,
+		`CREATE TABLE upt (id int PRIMARY KEY, v text)`,
+		`SELECT fanout.capture_table('upt', 'up.changes')`,
+		`INSERT INTO upt VALUES (1, 'before')`,
+	} {
+		_, err := db.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	migrate()
+	_, err = db.Exec(ctx, `INSERT INTO upt VALUES (2, 'after'); UPDATE upt SET v = 'x' WHERE id = 1`)
+	require.NoError(t, err)
+	rows, err := db.Query(ctx, `SELECT payload->>'op' || ' ' || (payload->'key'->>'id') FROM fanout.read('up.changes', NULL, 'x', 10)`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"insert 1", "insert 2", "update 1"}, got)
+	var fns []string
+	rows, err = db.Query(ctx, `SELECT DISTINCT tgfoid::regproc::text FROM pg_trigger WHERE tgrelid = 'upt'::regclass`)
+	require.NoError(t, err)
+	fns, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"fanout_data.capture_1"}, fns)
+	var n int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM fanout.captures WHERE table_name = 'upt'::regclass`).Scan(&n))
+	require.Equal(t, 1, n)
+}
+
+// UPDATE pairs each old row with its new row: on a partitioned table also
+// when rows move between partitions, and a statement that swaps two keys
+// publishes deletes and inserts with the right images.
+func TestCaptureUpdatePairsRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	db := b.Pool
+	b.createTopic(t, db, "pt.changes")
+	for _, sql := range []string{
+		`CREATE TABLE pt (id int, region text, v int, PRIMARY KEY (id, region)) PARTITION BY LIST (region)`,
+		`CREATE TABLE pt_eu PARTITION OF pt FOR VALUES IN ('eu')`,
+		`CREATE TABLE pt_us PARTITION OF pt FOR VALUES IN ('us')`,
+		`SELECT fanout.capture_table('pt', 'pt.changes')`,
+		`INSERT INTO pt SELECT g, CASE WHEN g % 2 = 0 THEN 'eu' ELSE 'us' END, g FROM generate_series(1, 6) g`,
+		`UPDATE pt SET v = v * 10 WHERE id <= 4`,                               // in place
+		`UPDATE pt SET region = 'us', v = -id WHERE region = 'eu' AND id <= 4`, // moves partition: key change
+		`CREATE TABLE sw (id int PRIMARY KEY DEFERRABLE INITIALLY DEFERRED, v text)`,
+		`SELECT fanout.capture_table('sw', 'pt.changes')`,
+		`INSERT INTO sw VALUES (1, 'one'), (2, 'two')`,
+		`UPDATE sw SET id = 3 - id`,
+	} {
+		_, err := db.Exec(b.ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	got := b.drainCaptured(t, db, "pt.changes", nil)
+	var desc []string
+	for _, m := range got {
+		img := m.New
+		if m.Op == "delete" {
+			img = m.Old
+		}
+		desc = append(desc, fmt.Sprintf("%s %v/%v v=%v", m.Op, m.Key["id"], m.Key["region"], img["v"]))
+	}
+	require.Equal(t, []string{
+		"insert 1/us v=1", "insert 2/eu v=2", "insert 3/us v=3", "insert 4/eu v=4", "insert 5/us v=5", "insert 6/eu v=6",
+		"update 2/eu v=20", "update 4/eu v=40", "update 1/us v=10", "update 3/us v=30", // partitions in scan order
+		"delete 2/eu v=20", "delete 4/eu v=40", "insert 2/us v=-2", "insert 4/us v=-4",
+		"insert 1/<nil> v=one", "insert 2/<nil> v=two",
+		"delete 1/<nil> v=one", "delete 2/<nil> v=two", "insert 2/<nil> v=one", "insert 1/<nil> v=two",
+	}, desc)
+}
+
+// The generated trigger function compiles the topic's and the columns'
+// names in: names that contain a dollar quote (the fixed tag the body was
+// once quoted with) are captured as any other and cannot end the body.
+func TestCaptureNamesWithDollarQuotes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	db := b.Pool
+	const topic = `q$body$x'; SELECT 1; --`
+	b.createTopic(t, db, topic)
+	for _, sql := range []string{
+		`CREATE TABLE "t$body$" ("id$body$" int PRIMARY KEY, "secret$body$" text, v text)`,
+		`SELECT fanout.capture_table('"t$body$"', $1, exclude_columns => ARRAY['secret$body$'])`,
+		`INSERT INTO "t$body$" VALUES (1, 's', 'v')`,
+	} {
+		var err error
+		if strings.Contains(sql, "$1") {
+			_, err = db.Exec(b.ctx, sql, topic)
+		} else {
+			_, err = db.Exec(b.ctx, sql)
+		}
+		require.NoError(t, err, sql)
+	}
+	var payload []byte
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT payload FROM fanout_data.`+b.dataTable(t, topic)).Scan(&payload))
+	var c capturedMsg
+	require.NoError(t, json.Unmarshal(payload, &c))
+	require.Equal(t, map[string]any{"id$body$": 1.0}, c.Key)
+	require.Equal(t, map[string]any{"id$body$": 1.0, "v": "v"}, c.New)
 }

@@ -3,7 +3,7 @@
 -- pages then raises PGQ10; a page taken over by another member: 7 days and
 -- an hour, the longest its messages can be held), members not seen for
 -- 7 days, captures whose triggers are gone (a dropped table; after an
--- hour), event_log rows older than 30 days and dedupe keys older than
+-- hour) with their generated trigger functions, event_log rows older than 30 days and dedupe keys older than
 -- their topic's dedupe_window: those are found by a sweep over each
 -- topic's fanout_data.m<id>_dedupe in block ranges (it has no index on
 -- created_at), 100 blocks per call, one pass over the topics at a time (see
@@ -31,6 +31,8 @@ DECLARE
     v_i       int;
     v_table   text;
     v_window  interval;
+    v_gone    text[];
+    v_fn      regprocedure;
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
     IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_bookkeeping', 0)) THEN
@@ -63,14 +65,24 @@ BEGIN
         WHERE o.seq < s.next_seq LIMIT 10000);
     GET DIAGNOSTICS v_n = ROW_COUNT;
     v_done := v_done + v_n;
-    -- Captures whose triggers are gone (the table was dropped).
-    DELETE FROM fanout.capture c
-    WHERE c.created_at < p_now - interval '1 hour'
-      AND NOT EXISTS (SELECT 1 FROM pg_trigger tg
-                      WHERE tg.tgname = 'fanout_capture_ins'
-                        AND split_part(encode(tg.tgargs, 'escape'), '\000', 1) = c.capture_id::text);
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    v_done := v_done + v_n;
+    -- Captures whose triggers are gone (the table was dropped), and their
+    -- generated trigger functions (unless a trigger still runs one).
+    WITH gone AS (
+        DELETE FROM fanout.capture c
+        WHERE c.created_at < p_now - interval '1 hour'
+          AND NOT EXISTS (SELECT 1 FROM pg_trigger tg
+                          WHERE tg.tgname = 'fanout_capture_ins'
+                            AND split_part(encode(tg.tgargs, 'escape'), '\000', 1) = c.capture_id::text)
+        RETURNING c.capture_id)
+    SELECT array_agg('capture_' || gone.capture_id) INTO v_gone FROM gone;
+    v_done := v_done + coalesce(cardinality(v_gone), 0);
+    FOR v_fn IN
+        SELECT p.oid::regprocedure FROM pg_proc p
+        WHERE p.pronamespace = 'fanout_data'::regnamespace AND p.proname = ANY (v_gone)
+          AND NOT EXISTS (SELECT 1 FROM pg_trigger tg WHERE tg.tgfoid = p.oid)
+    LOOP
+        EXECUTE format('DROP FUNCTION %s', v_fn);
+    END LOOP;
     DELETE FROM fanout.member m
     WHERE (m.group_id, m.consumer) IN (SELECT o.group_id, o.consumer FROM fanout.member o
                                        WHERE o.last_seen < p_now - interval '7 days' LIMIT 10000

@@ -1,8 +1,9 @@
 -- fanout.capture_table(table_name, topic, columns, exclude_columns): publishes
 -- every change of a table to a topic, in the writing transaction: INSERT,
 -- UPDATE, DELETE and TRUNCATE, one message per row (shape:
--- fanout._capture_trigger), through four statement-level AFTER triggers
--- (fanout_capture_ins/_upd/_del/_trunc). columns (NULL: all) and
+-- docs/capture.md), through four statement-level AFTER triggers
+-- (fanout_capture_ins/_upd/_del/_trunc) running the capture's generated
+-- function fanout_data.capture_<id>() (fanout._capture_install). columns (NULL: all) and
 -- exclude_columns limit the row images; the table needs a primary key (the
 -- messages' key and message_group). Only the table's owner (or a member of
 -- its role) may capture it, and only into a topic it may publish to; every
@@ -14,11 +15,12 @@
 -- Returns the capture's id.
 -- Raises: PGQ01 (no such topic), PGQ03 (NULL arguments, a table that is not
 -- an ordinary or partitioned table, has no primary key, or is captured into
--- another topic; an unknown column), PGQ21 (not the table's owner, or no
+-- another topic; an unknown column; a sequence-ordered topic), PGQ21 (not the table's owner, or no
 -- publish grant on the topic). The triggers are created by pgq's owner (the
 -- role that installed it): it needs the TRIGGER privilege on the table
 -- unless it is a superuser.
--- Tables: fanout.capture, fanout.event_log, pg_trigger (CREATE TRIGGER).
+-- Tables: fanout.capture, fanout.event_log, pg_trigger (CREATE TRIGGER), a
+-- function in fanout_data.
 CREATE OR REPLACE FUNCTION fanout.capture_table(
     table_name      regclass,
     topic           text,
@@ -43,12 +45,12 @@ BEGIN
     END IF;
     v_t := fanout._topic($2);
     PERFORM fanout._authorize(v_t.topic, 'publish');
-    SELECT * INTO STRICT v_rel FROM pg_class c WHERE c.oid = $1;
-    IF NOT pg_has_role(fanout._caller(), v_rel.relowner, 'USAGE') THEN
-        RAISE EXCEPTION 'role % may not capture table %: only its owner may',
-            coalesce((SELECT quote_ident(r.rolname) FROM pg_roles r WHERE r.oid = fanout._caller()), 'unknown'), $1
-            USING ERRCODE = 'PGQ21';
+    PERFORM fanout._capture_check_owner($1, 'capture');
+    IF v_t.sequence_ordering THEN
+        RAISE EXCEPTION 'topic % is sequence-ordered: captured changes have no sequence numbers', quote_literal(v_t.topic)
+            USING ERRCODE = 'PGQ03', HINT = 'capture into a topic without sequence_ordering';
     END IF;
+    SELECT * INTO STRICT v_rel FROM pg_class c WHERE c.oid = $1;
     IF v_rel.relkind NOT IN ('r', 'p') THEN
         RAISE EXCEPTION 'only ordinary and partitioned tables can be captured; % is not one', $1
             USING ERRCODE = 'PGQ03';
@@ -82,20 +84,13 @@ BEGIN
     IF v_id IS NOT NULL THEN
         UPDATE fanout.capture c SET key_columns = v_keys, columns = $3, exclude_columns = v_exclude
         WHERE c.capture_id = v_id;
+        PERFORM fanout._capture_install(v_id, $1);
         RETURN v_id;
     END IF;
     INSERT INTO fanout.capture (topic, key_columns, columns, exclude_columns, created_by)
     VALUES (v_t.topic, v_keys, $3, v_exclude, coalesce((SELECT r.rolname::text FROM pg_roles r WHERE r.oid = fanout._caller()), ''))
     RETURNING capture_id INTO v_id;
-    EXECUTE format('CREATE TRIGGER fanout_capture_ins AFTER INSERT ON %s REFERENCING NEW TABLE AS fanout_new
-                    FOR EACH STATEMENT EXECUTE FUNCTION fanout._capture_trigger(%L)', $1, v_id);
-    EXECUTE format('CREATE TRIGGER fanout_capture_upd AFTER UPDATE ON %s
-                    REFERENCING OLD TABLE AS fanout_old NEW TABLE AS fanout_new
-                    FOR EACH STATEMENT EXECUTE FUNCTION fanout._capture_trigger(%L)', $1, v_id);
-    EXECUTE format('CREATE TRIGGER fanout_capture_del AFTER DELETE ON %s REFERENCING OLD TABLE AS fanout_old
-                    FOR EACH STATEMENT EXECUTE FUNCTION fanout._capture_trigger(%L)', $1, v_id);
-    EXECUTE format('CREATE TRIGGER fanout_capture_trunc AFTER TRUNCATE ON %s
-                    FOR EACH STATEMENT EXECUTE FUNCTION fanout._capture_trigger(%L)', $1, v_id);
+    PERFORM fanout._capture_install(v_id, $1);
     INSERT INTO fanout.event_log (topic, kind, detail)
     VALUES (v_t.topic, 'capture', jsonb_build_object('table', $1::text, 'capture_id', v_id));
     RETURN v_id;

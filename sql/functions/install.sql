@@ -7,7 +7,9 @@
 {{ template "fanout._authorize_all.sql" . }}
 {{ template "fanout._backfill_from.sql" . }}
 {{ template "fanout._caller.sql" . }}
-{{ template "fanout._capture_trigger.sql" . }}
+{{ template "fanout._capture_check_owner.sql" . }}
+{{ template "fanout._capture_generate.sql" . }}
+{{ template "fanout._capture_install.sql" . }}
 {{ template "fanout._check_grant_args.sql" . }}
 {{ template "fanout._check_message.sql" . }}
 {{ template "fanout._check_name.sql" . }}

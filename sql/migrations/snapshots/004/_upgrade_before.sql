@@ -22,3 +22,31 @@ CREATE TABLE IF NOT EXISTS fanout.group_stat (
     group_id       bigint PRIMARY KEY REFERENCES fanout.consumer_group ON DELETE CASCADE,
     dead_lettered  bigint NOT NULL DEFAULT 0
 );
+
+-- Change capture: triggers now run a generated function per capture
+-- (fanout_data.capture_<id>(), fanout._capture_install) instead of
+-- fanout._capture_trigger(), which this upgrade drops. The captured tables'
+-- triggers are dropped here (they depend on it) and re-created by after.sql.
+DO $upgrade$
+DECLARE
+    r record;
+BEGIN
+    CREATE TEMP TABLE IF NOT EXISTS pgq_upgrade_captures (capture_id bigint, table_oid oid) ON COMMIT DROP;
+    IF to_regprocedure('fanout._capture_trigger()') IS NULL THEN
+        RETURN;
+    END IF;
+    FOR r IN
+        SELECT DISTINCT tg.tgrelid, split_part(encode(tg.tgargs, 'escape'), '\000', 1)::bigint AS capture_id
+        FROM pg_trigger tg
+        WHERE tg.tgfoid = 'fanout._capture_trigger()'::regprocedure AND tg.tgname = 'fanout_capture_ins'
+    LOOP
+        INSERT INTO pgq_upgrade_captures VALUES (r.capture_id, r.tgrelid);
+    END LOOP;
+    FOR r IN
+        SELECT tg.tgrelid, tg.tgname FROM pg_trigger tg
+        WHERE tg.tgfoid = 'fanout._capture_trigger()'::regprocedure
+    LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', r.tgname, r.tgrelid::regclass);
+    END LOOP;
+END
+$upgrade$;

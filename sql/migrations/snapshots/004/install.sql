@@ -3,19 +3,28 @@
 -- Schema changes (sql/upgrade/before.sql).
 {{ template "_upgrade_before.sql" . }}
 -- Functions and views whose signature is gone or changed (sql/signatures.txt).
+DROP FUNCTION IF EXISTS fanout._capture_trigger();
 DROP FUNCTION IF EXISTS fanout.alter_topic(text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,interval,integer,boolean);
 DROP VIEW IF EXISTS fanout.groups;
 DROP VIEW IF EXISTS fanout.topics;
 -- Code files new or changed since the release, in install order; grants and triggers always.
+{{ template "fanout._capture_check_owner.sql" . }}
+{{ template "fanout._capture_generate.sql" . }}
+{{ template "fanout._capture_install.sql" . }}
 {{ template "fanout._check_order_options.sql" . }}
 {{ template "fanout._check_subscribe_limits.sql" . }}
 {{ template "fanout._check_topic_settings.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
 {{ template "fanout._sequence_gate.sql" . }}
+{{ template "fanout._cleanup_bookkeeping.sql" . }}
 {{ template "fanout.alter_topic.sql" . }}
+{{ template "fanout.capture_table.sql" . }}
 {{ template "fanout.groups.sql" . }}
 {{ template "fanout.topics.sql" . }}
+{{ template "fanout.uncapture_table.sql" . }}
 {{ template "_grants.sql" . }}
 {{ template "_attach.sql" . }}
+-- Backfills (sql/upgrade/after.sql).
+{{ template "_upgrade_after.sql" . }}
 -- Every existing topic gets the generated functions of this version.
 SELECT fanout.regenerate_topics();

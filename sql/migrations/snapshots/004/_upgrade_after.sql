@@ -1,0 +1,24 @@
+-- sql/upgrade/after.sql — hand-written backfills of the next release, run by
+-- its upgrade migration after the changed functions and before
+-- fanout.regenerate_topics(). Keep each statement bounded: the migration is
+-- one transaction. scripts/release.sh empties it after the release.
+
+-- Change capture: the triggers before.sql dropped, re-created on the
+-- capture's generated function.
+DO $upgrade$
+DECLARE
+    r record;
+BEGIN
+    IF to_regclass('pg_temp.pgq_upgrade_captures') IS NULL THEN
+        RETURN;
+    END IF;
+    FOR r IN
+        SELECT u.capture_id, u.table_oid FROM pg_temp.pgq_upgrade_captures u
+        JOIN fanout.capture c ON c.capture_id = u.capture_id
+        JOIN pg_class k ON k.oid = u.table_oid
+        ORDER BY u.capture_id
+    LOOP
+        PERFORM fanout._capture_install(r.capture_id, r.table_oid::regclass);
+    END LOOP;
+END
+$upgrade$;
