@@ -9,9 +9,7 @@
 -- m<id>_rows(p_lease, p_ids, p_txids, p_atts), one index look-up each, in
 -- the order of the arrays (lease_id, message_id, payload, headers,
 -- message_group, published_at, attempt: the rows of fanout.read). Carrying
--- payloads through arrays cost more than looking them up again: for a page
--- of 1,000 the page query with payload arrays took 3.4 ms and returning
--- the rows from the arrays 2.9 ms, against 0.35 ms and 1.8 ms (look-ups).
+-- payloads through arrays cost more than looking them up again.
 -- A row's size is that of its payload, headers and message_group as stored
 -- uncompressed (pg_column_size when not compressed, else the length of the
 -- JSON text), so small rows cost no detoasting.
