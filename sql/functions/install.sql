@@ -35,19 +35,23 @@
 {{ template "fanout._group_idle.sql" . }}
 {{ template "fanout._group_passed.sql" . }}
 {{ template "fanout._group_pins.sql" . }}
+{{ template "fanout._group_read.sql" . }}
 {{ template "fanout._group_unread.sql" . }}
 {{ template "fanout._group_view.sql" . }}
 {{ template "fanout._idle_hint.sql" . }}
 {{ template "fanout._idle_key.sql" . }}
 {{ template "fanout._kpart_assign.sql" . }}
+{{ template "fanout._kpart_claim.sql" . }}
 {{ template "fanout._kpart_cursors.sql" . }}
 {{ template "fanout._kpart_expr.sql" . }}
 {{ template "fanout._kpart_mode.sql" . }}
 {{ template "fanout._kpart_of.sql" . }}
+{{ template "fanout._kpart_page.sql" . }}
 {{ template "fanout._kpart_read.sql" . }}
 {{ template "fanout._kpart_view.sql" . }}
 {{ template "fanout._lease_open.sql" . }}
 {{ template "fanout._lease_settle.sql" . }}
+{{ template "fanout._lease_take_over.sql" . }}
 {{ template "fanout._lease_targets.sql" . }}
 {{ template "fanout._liveness.sql" . }}
 {{ template "fanout._lock_group.sql" . }}
@@ -62,6 +66,8 @@
 {{ template "fanout._nfc.sql" . }}
 {{ template "fanout._normalize_option.sql" . }}
 {{ template "fanout._notify_override.sql" . }}
+{{ template "fanout._page_defer.sql" . }}
+{{ template "fanout._page_finish_tx.sql" . }}
 {{ template "fanout._page_fit.sql" . }}
 {{ template "fanout._partition_droppable.sql" . }}
 {{ template "fanout._partition_floor.sql" . }}
@@ -73,6 +79,7 @@
 {{ template "fanout._required_mask.sql" . }}
 {{ template "fanout._restamp.sql" . }}
 {{ template "fanout._resurrect.sql" . }}
+{{ template "fanout._retries_take.sql" . }}
 {{ template "fanout._running_vxids.sql" . }}
 {{ template "fanout._scheduled_count.sql" . }}
 {{ template "fanout._sequence_advance.sql" . }}
@@ -98,6 +105,7 @@
 {{ template "fanout._vxids_block.sql" . }}
 {{ template "fanout._window_page_priority.sql" . }}
 {{ template "fanout._window_scan.sql" . }}
+{{ template "fanout._window_walk.sql" . }}
 -- Maintenance: what pgq-scheduler or pg_cron runs (fanout.maint_operations).
 {{ template "fanout._bitmap_step.sql" . }}
 {{ template "fanout._cleanup_bookkeeping.sql" . }}
