@@ -112,7 +112,7 @@ BEGIN
               AND g.group_name IS NOT DISTINCT FROM CASE WHEN v_t.semantics = 'pubsub' THEN fanout._nfc(p_group) END
             FOR NO KEY UPDATE;
         END IF;
-        PERFORM fanout.ack($8);
+        PERFORM fanout._ack($8, NULL, true);  -- the grant was checked above
     END IF;
     IF v_t.partitions IS NOT NULL THEN
         SELECT * INTO v_p FROM fanout._kpart_claim(v_t, p_group, p_consumer, p_max, p_lease, p_max_bytes, $7, v_now);

@@ -2,7 +2,10 @@
 -- scripts/gen-upgrade.sh from sql/upgrade, sql/functions and sql/triggers; do not edit.
 -- Schema changes (sql/upgrade/before.sql).
 {{ template "_upgrade_before.sql" . }}
+-- Functions and views whose signature is gone or changed (sql/signatures.txt).
+DROP FUNCTION IF EXISTS fanout._lock_lease(bigint);
 -- Code files new or changed since the release, in install order; grants and triggers always.
+{{ template "fanout._ack.sql" . }}
 {{ template "fanout._check_order_options.sql" . }}
 {{ template "fanout._create_page_functions.sql" . }}
 {{ template "fanout._group_read.sql" . }}
@@ -11,6 +14,8 @@
 {{ template "fanout._kpart_page.sql" . }}
 {{ template "fanout._kpart_read.sql" . }}
 {{ template "fanout._lease_take_over.sql" . }}
+{{ template "fanout._lock_lease.sql" . }}
+{{ template "fanout._may.sql" . }}
 {{ template "fanout._page_defer.sql" . }}
 {{ template "fanout._page_finish_tx.sql" . }}
 {{ template "fanout._page_fit.sql" . }}
@@ -25,6 +30,7 @@
 {{ template "fanout.drop_topic.sql" . }}
 {{ template "fanout.message_status.sql" . }}
 {{ template "fanout.regenerate_topics.sql" . }}
+{{ template "fanout.ack.sql" . }}
 {{ template "fanout.publish.sql" . }}
 {{ template "fanout.read.sql" . }}
 {{ template "_grants.sql" . }}
