@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -260,4 +261,63 @@ func TestDropTopicLeavesNoGeneratedObjects(t *testing.T) {
 		require.True(t, dropped)
 		require.Zero(t, objects(), "%s: nothing left in fanout_data", c.topic)
 	}
+}
+
+// The consume grant is checked once per call, in fanout._may: a read with
+// ack => checks it once (before, the ack inside it checked again), and an
+// ack of a page this transaction was handed checks nothing more; nothing is
+// remembered past the transaction: an ack after the grant was revoked, in a
+// transaction of its own, is refused (PGQ21). Counted with
+// pg_stat_xact_user_functions (track_functions = all, this transaction's
+// calls only).
+func TestGrantCheckedOncePerCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tIsolate(t)
+	cons, _ := b.tRole(t, "cons_once", "fanout_consumer")
+	b.tGrant(t, b.Pool, "once.%", cons, "consume")
+	b.createTopic(t, b.Pool, "once.t")
+	for i := 0; i < 3; i++ {
+		b.publish(t, b.Pool, "once.t", fmt.Sprintf(`{"n":%d}`, i))
+	}
+	conn := b.Conn(t)
+	mayCalls := func() int64 {
+		var n int64
+		require.NoError(t, conn.QueryRow(b.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions
+			WHERE schemaname = 'fanout' AND funcname = '_may'`).Scan(&n))
+		return n
+	}
+	begin := func() {
+		_, err := conn.Exec(b.ctx, "BEGIN; SET LOCAL track_functions = 'all'; SET LOCAL ROLE "+pgx.Identifier{cons}.Sanitize())
+		require.NoError(t, err)
+	}
+	begin()
+	first, err := b.readAcking(t, conn, "once.t", nil, "w", 1, 0)
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	require.EqualValues(t, 1, mayCalls(), "one read: one check")
+	next, err := b.readAcking(t, conn, "once.t", nil, "w", 1, first[0].LeaseID)
+	require.NoError(t, err)
+	require.Len(t, next, 1)
+	require.EqualValues(t, 2, mayCalls(), "read with ack =>: one check, none for its ack")
+	require.Equal(t, 1, b.ack(t, conn, next[0].LeaseID, nil))
+	require.EqualValues(t, 2, mayCalls(), "an ack of a page handed out in this transaction: no check")
+	_, err = conn.Exec(b.ctx, "COMMIT")
+	require.NoError(t, err)
+
+	// A page read, then the grant revoked, then its ack in a new transaction.
+	begin()
+	last, err := b.readAcking(t, conn, "once.t", nil, "w", 1, 0)
+	require.NoError(t, err)
+	require.Len(t, last, 1)
+	_, err = conn.Exec(b.ctx, "COMMIT")
+	require.NoError(t, err)
+	var removed bool
+	require.NoError(t, b.Pool.QueryRow(b.ctx, "SELECT fanout.revoke_topic('once.%', $1::regrole, 'consume')", cons).Scan(&removed))
+	require.True(t, removed)
+	begin()
+	_, err = conn.Exec(b.ctx, "SELECT fanout.ack($1)", last[0].LeaseID)
+	requireSQLState(t, err, "PGQ21")
+	_, err = conn.Exec(b.ctx, "ROLLBACK")
+	require.NoError(t, err)
 }

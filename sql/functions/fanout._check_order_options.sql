@@ -7,8 +7,8 @@
 -- except one whose sequence ordering alter_topic turned off
 -- (sequence_dropped_at): its producers may go on passing sequences (1 or
 -- more), which then only deduplicate.
--- A partitioned topic refuses a priority above 0 (PGQ03: its reads go by key
--- partition in commit order, so a priority would be silently ignored).
+-- A partitioned topic takes priorities like any other: each key
+-- partition's window is read by priority level (fanout._window_walk).
 -- p_element names the publish_batch element (NULL for publish).
 -- Raises PGQ03 (out of range, missing), PGQ23 (not allowed on this topic).
 -- Touches no table.
@@ -24,11 +24,6 @@ DECLARE
 BEGIN
     IF p_priority < 0 OR p_priority > 9 THEN
         RAISE EXCEPTION 'priority must be between 0 and 9, got %', p_priority USING ERRCODE = 'PGQ03';
-    END IF;
-    IF p_priority > 0 AND p_t.partitions IS NOT NULL THEN
-        RAISE EXCEPTION 'topic % is partitioned: priority is not allowed%', quote_literal(p_t.topic), v_at
-            USING ERRCODE = 'PGQ03',
-                  HINT = 'a partitioned topic is read by key partition in commit order; publish priorities to an unpartitioned topic';
     END IF;
     IF p_t.sequence_ordering THEN
         IF p_priority > 0 THEN

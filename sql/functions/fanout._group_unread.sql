@@ -3,7 +3,7 @@
 -- three parts below stops at p_limit; NULL = count all) and when the oldest
 -- of them was published. p_relname restricts the count to one partition of
 -- the topic (NULL = the whole topic). Messages before the group's start do
--- not count (in its first window only: see fanout._window_scan), nor in reference mode
+-- not count (in its first window only: see fanout._window_walk), nor in reference mode
 -- messages that do not require the group.
 -- Unread are, disjointly:
 --   (a) txid >= xmax(lo) and (txid, id) after the cursor (one range scan);

@@ -14,12 +14,17 @@
 -- running server's. Records the lease's consumer as alive
 -- (fanout._touch_member). The caller must be allowed to consume the lease's
 -- topic (fanout._authorize), checked before the lock so that another tenant
--- cannot even block the lease.
+-- cannot even block the lease; not checked again when the caller has
+-- checked it (p_checked: read(..., ack =>), which consumes the lease's
+-- topic and group), nor when this transaction wrote the slot's row (the
+-- read that handed the page out, or an earlier ack of it, checked it in
+-- this transaction). Nothing is remembered past the transaction: a grant
+-- revoked before the next transaction refuses its ack.
 -- Raises: PGQ03 NULL id, PGQ10 unknown lease (no such slot, or a page the
 -- slot has not reached), PGQ11 a page of a lost history, PGQ21 no consume
 -- grant on its topic.
 -- Tables: fanout.lease, fanout.consumer_group, fanout.topic, fanout.member.
-CREATE OR REPLACE FUNCTION fanout._lock_lease(p_lease_id bigint)
+CREATE OR REPLACE FUNCTION fanout._lock_lease(p_lease_id bigint, p_checked boolean DEFAULT false)
 RETURNS fanout.lease
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
@@ -32,11 +37,14 @@ BEGIN
     IF p_lease_id IS NULL THEN
         RAISE EXCEPTION 'lease_id must not be NULL' USING ERRCODE = 'PGQ03';
     END IF;
-    PERFORM fanout._authorize(t.topic, 'consume')
-    FROM fanout.lease l
-    JOIN fanout.consumer_group g ON g.group_id = l.group_id
-    JOIN fanout.topic t ON t.topic_id = g.topic_id
-    WHERE l.slot_id = p_lease_id >> 32;
+    IF NOT p_checked THEN
+        PERFORM fanout._authorize(t.topic, 'consume')
+        FROM fanout.lease l
+        JOIN fanout.consumer_group g ON g.group_id = l.group_id
+        JOIN fanout.topic t ON t.topic_id = g.topic_id
+        WHERE l.slot_id = p_lease_id >> 32
+          AND l.xmin IS DISTINCT FROM pg_current_xact_id_if_assigned()::xid;
+    END IF;
     -- The slot's current page, locked; else (no lock) what the slot holds.
     SELECT * INTO v_l FROM fanout.lease l
     WHERE l.slot_id = p_lease_id >> 32 AND l.lease_id = p_lease_id FOR UPDATE;

@@ -14,42 +14,34 @@ SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE
     v_caller oid := fanout._caller();
-    v_role   boolean;
-    v_all    boolean;
-    v_topic  text;
+    v_topic  text := fanout._nfc(p_topic);
 BEGIN
     IF v_caller IS NULL OR p_topic IS NULL THEN
         RETURN false;
     END IF;
-    -- One look-up: superuser or schema owner (everything: pg_has_role is
-    -- true for a superuser), else the group role. No shared catalog
-    -- (pg_roles is pg_authid): locks on shared relations never take the
-    -- fast path, so every call queued on the same lock-manager partition
-    -- (a storm of 150 readers spent a tenth of its time there).
-    SELECT pg_has_role(v_caller, n.nspowner, 'USAGE'),
-           CASE p_privilege
-               WHEN 'publish' THEN pg_has_role(v_caller, 'fanout_producer', 'USAGE')
-               WHEN 'consume' THEN pg_has_role(v_caller, 'fanout_consumer', 'USAGE')
-               WHEN 'admin' THEN pg_has_role(v_caller, 'fanout_admin', 'USAGE')
-               ELSE pg_has_role(v_caller, 'fanout_producer', 'USAGE')
-                    OR pg_has_role(v_caller, 'fanout_consumer', 'USAGE')
-           END
-    INTO v_all, v_role
-    FROM pg_namespace n
-    WHERE n.nspname = 'fanout';
-    IF v_all THEN
-        RETURN true;
-    END IF;
-    IF NOT v_role THEN
-        RETURN false;
-    END IF;
-    v_topic := fanout._nfc(p_topic);
-    -- The match of fanout._grant_matches, inline (this runs on every publish).
-    RETURN EXISTS (
-        SELECT 1 FROM fanout.topic_grant g
-        WHERE (g.privilege = p_privilege OR g.privilege = 'admin' OR p_privilege = 'any')
-          AND CASE WHEN right(g.pattern, 1) = '%' THEN starts_with(v_topic, left(g.pattern, -1))
-                   ELSE v_topic = g.pattern END
-          AND pg_has_role(v_caller, g.role, 'USAGE'));  -- false for a dropped role
+    -- One query: superuser or schema owner (everything: pg_has_role is true
+    -- for a superuser), else the group role of the privilege and a grant
+    -- (the match of fanout._grant_matches, inline: this runs on every
+    -- publish and read). No shared catalog (pg_roles is pg_authid): locks on
+    -- shared relations never take the fast path, so every call queued on the
+    -- same lock-manager partition (a storm of 150 readers spent a tenth of
+    -- its time there).
+    RETURN (
+        SELECT pg_has_role(v_caller, n.nspowner, 'USAGE')
+               OR (CASE p_privilege
+                       WHEN 'publish' THEN pg_has_role(v_caller, 'fanout_producer', 'USAGE')
+                       WHEN 'consume' THEN pg_has_role(v_caller, 'fanout_consumer', 'USAGE')
+                       WHEN 'admin' THEN pg_has_role(v_caller, 'fanout_admin', 'USAGE')
+                       ELSE pg_has_role(v_caller, 'fanout_producer', 'USAGE')
+                            OR pg_has_role(v_caller, 'fanout_consumer', 'USAGE')
+                   END
+                   AND EXISTS (
+                       SELECT 1 FROM fanout.topic_grant g
+                       WHERE (g.privilege = p_privilege OR g.privilege = 'admin' OR p_privilege = 'any')
+                         AND CASE WHEN right(g.pattern, 1) = '%' THEN starts_with(v_topic, left(g.pattern, -1))
+                                  ELSE v_topic = g.pattern END
+                         AND pg_has_role(v_caller, g.role, 'USAGE')))  -- false for a dropped role
+        FROM pg_namespace n
+        WHERE n.nspname = 'fanout');
 END
 $fn$;

@@ -1,7 +1,7 @@
 -- fanout._page_fit(p_sizes, p_budget, p_first): how many rows of a page
 -- (their sizes in order, p_sizes) fit in p_budget bytes, as a prefix; with
 -- p_first (the page is still empty) the first row always comes, whatever
--- its size, so no message can make a page impossible. fanout._window_scan
+-- its size, so no message can make a page impossible. fanout._window_walk
 -- calls it only when the page's rows together exceed the budget.
 -- Touches no table.
 CREATE OR REPLACE FUNCTION fanout._page_fit(p_sizes int[], p_budget bigint, p_first boolean)

@@ -12,7 +12,7 @@
 --                 REPEATABLE READ that wait ends in a serialization failure
 --                 (40001) instead: retry the transaction.
 --   p_deliver_at  the message is stored now and handed out from then on
---                 (fanout._window_scan defers it per group).
+--                 (fanout._window_walk defers it per group).
 --   p_priority    0..9 (checked by fanout._check_order_options); 0 is
 --                 stored as NULL. The first priority above 0 marks the
 --                 topic prioritized (reads order windows by priority).

@@ -4,7 +4,7 @@
 -- when p_snap was taken, and deletes their entries. A stamp is stale when
 -- its transaction was writing while a group joined or left (the insert saw
 -- the old mask). Until its entry is gone, readers do not pass such a
--- transaction (fanout._window_scan counts it as running) and cleanup keeps
+-- transaction (fanout._window_walk counts it as running) and cleanup keeps
 -- the partitions that may hold it (fanout._partition_droppable), so a
 -- message that looks COMPLETED by its stale stamp is not taken for it.
 -- It does nothing when another session is reconciling the topic (advisory

@@ -154,12 +154,12 @@ BEGIN
                    v_new.data_table || '_deliver_at', v_new.data_table);
     IF v_new.partitions IS NOT NULL THEN
         -- Key partitions: each message's, set by the insert functions; one
-        -- index serves the pages of one key partition (m<id>_kpage).
+        -- index serves the pages of one key partition (m<id>_page).
         EXECUTE format('ALTER TABLE fanout_data.%I ADD COLUMN kpart int NOT NULL', v_new.data_table);
         EXECUTE format('CREATE INDEX %I ON fanout_data.%I (kpart, txid, id)',
                        v_new.data_table || '_kpart', v_new.data_table);
     END IF;
-    -- Priority topics read each level in (txid, id) order (fanout._window_page_priority);
+    -- Priority topics read each level in (txid, id) order (fanout._window_walk);
     -- priority 0 is stored as NULL and read through the (txid, id) index.
     EXECUTE format('CREATE INDEX %I ON fanout_data.%I (priority, txid, id) WHERE priority IS NOT NULL',
                    v_new.data_table || '_priority', v_new.data_table);

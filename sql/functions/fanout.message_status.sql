@@ -89,7 +89,7 @@ BEGIN
                      WHEN g.bit_no IS NOT NULL AND (v_done & (1::bigint << g.bit_no)) <> 0 THEN 'acked'
                      WHEN g.bit_no IS NOT NULL AND (v_req & (1::bigint << g.bit_no)) = 0 THEN 'not_required'
                      -- A window read by priority keeps (cur_txid, cur_id) at its
-                     -- start (fanout._window_page_priority); its priority cursor
+                     -- start (fanout._window_walk); its priority cursor
                      -- (level 9 down to 0, then (txid, id)) says what of the window
                      -- was handed out: what is not held or waiting (above) is acked.
                      WHEN g.prio_level IS NOT NULL

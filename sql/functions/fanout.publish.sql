@@ -8,8 +8,8 @@
 -- publish idempotent within the topic's dedupe_window (a repeated key returns
 -- the first message's id and inserts nothing); deliver_at (or delay, from
 -- now) holds the message back from every group until then (see
--- fanout._publish_one and fanout._window_scan); priority (0..9, default 0)
--- hands it out before lower priorities (fanout._window_scan_priority);
+-- fanout._publish_one and fanout._window_walk); priority (0..9, default 0)
+-- hands it out before lower priorities (fanout._window_walk);
 -- sequence (required on a topic created with sequence_ordering, with
 -- message_group as the aggregate) holds it back until every lower sequence
 -- of its aggregate was acked or dead-lettered (fanout._sequence_gate).

@@ -1,7 +1,7 @@
 -- fanout.regenerate_topics(after_topic_id, max_topics): rebuilds the
 -- generated per-topic functions of existing topics (fanout_data.m<id>_insert,
 -- _insert_batch, _insert_one, _insert_keyed, _claim, _insert_claimed, _page,
--- _page_prio, _kpage, _rows, and _done_add in reference mode) with the
+-- _rows, and _done_add in reference mode) with the
 -- generators of the installed version (fanout._create_insert_functions,
 -- fanout._create_page_functions, fanout._create_done_function), so a fix to
 -- a generator reaches topics created before it. Every upgrade migration

@@ -40,13 +40,15 @@ BEGIN
         prio_level = NULL, prio_txid = NULL, prio_id = NULL,
         effective_start_id = v_s.o_start_id, start_position = fanout._normalize_option('start_position', $3)
     WHERE g.group_id = v_g.group_id;
-    -- Partitioned topic: every key partition's cursor restarts there too
+    -- Partitioned topic: every key partition's cursor (its priority level
+    -- cursor included) restarts there too
     -- (its page was released above, and counts as settled; owners are
     -- assigned afresh). lease_id stays: a page whose ack was in flight when
     -- it was to be released was left to that ack (fanout._release_holds),
     -- and the partition waits for it as for any page out.
     UPDATE fanout.kpart k
     SET win_lo = v_s.o_lo, win_hi = v_s.o_hi, cur_txid = '0', cur_id = 0,
+        prio_level = NULL, prio_txid = NULL, prio_id = NULL,
         owner = NULL, generation = k.generation + 1, owned_at = now()
     WHERE k.group_id = v_g.group_id;
     IF v_g.bit_no IS NOT NULL AND fanout._normalize_option('start_position', $3) <> 'latest' THEN

@@ -50,3 +50,10 @@ BEGIN
     END LOOP;
 END
 $upgrade$;
+
+-- Priority on key-partitioned topics: each key partition's window is read by
+-- priority level like a group's (fanout._window_walk), so its position
+-- carries a level cursor too (NULL: the window is read in commit order).
+ALTER TABLE fanout.kpart ADD COLUMN IF NOT EXISTS prio_level smallint;
+ALTER TABLE fanout.kpart ADD COLUMN IF NOT EXISTS prio_txid xid8;
+ALTER TABLE fanout.kpart ADD COLUMN IF NOT EXISTS prio_id bigint;

@@ -1,6 +1,6 @@
 -- fanout._sequence_gate(p_group_id, p_table, p_ids, p_txids): on a
 -- sequence-ordered topic, filters a
--- page of the group's stream (fanout._window_scan) down to the messages
+-- page of the group's stream (fanout._window_walk) down to the messages
 -- whose turn it is. Per (group, aggregate) fanout.seq_state holds next_seq:
 -- every lower sequence was acked or dead-lettered. A message with sequence
 --   = next_seq  is handed out (and recorded as seq_state.msg_id);

@@ -1,0 +1,175 @@
+-- fanout._window_walk(p_group_id, p_topic_id, p_table, p_kpart, p_whole,
+-- p_prio, p_limit, p_max_bytes, p_lo, p_hi, p_cur_txid, p_cur_id, p_start,
+-- p_bit, p_plvl, p_ptx, p_pid): the next page of at most p_limit messages
+-- of a stream position, and of at most p_max_bytes bytes (NULL: no limit;
+-- sizes as fanout._create_page_functions measures them) except that the
+-- first message of a page always comes. The one window walker of every
+-- ordering: the whole stream or one key partition (p_kpart), commit order
+-- or priority levels (p_prio), with the byte bound, delayed messages and
+-- whole transactions (p_whole). The position is passed in and returned
+-- (o_*, o_changed when it moved); the caller holds the row it came from (the
+-- group's, fanout.read, or the key partition's, fanout._kpart_claim) and
+-- writes it back.
+--
+-- A position is a snapshot window (lo, hi) and a cursor (cur_txid, cur_id).
+-- The window holds the messages whose txid is visible in hi but not in lo:
+-- first the txids that were still running at lo (phase 1, point look-ups),
+-- then the txid range [xmax(lo), xmax(hi)) (phase 2, one index range scan),
+-- both in (txid, id) order from the cursor. When the window is used up, the
+-- next one is opened (fanout._next_window: lo := hi, hi := now, reference
+-- holds applied): no ticker, and a transaction that stays open only delays
+-- its own messages; at most two new windows per call. Every page is an
+-- index scan of the topic's m<id>_page that stops after p_limit rows.
+-- Messages below p_start (the group's effective_start_id) are skipped in its
+-- first window only (lo is the origin '1:1:'). Closed partitions that cannot
+-- hold the scanned txids are skipped, and in reference mode (p_bit)
+-- messages that do not require the group (stale stamps reconciled first).
+-- Priority (p_prio, once the topic has priorities): each window is read by
+-- level, 9 down to 0, each level in (txid, id) order from the level cursor
+-- (p_plvl, p_ptx, p_pid; NULL: the window's commit-order part ends at the
+-- cursor). A window's set of messages is fixed when it opens, so any total
+-- order of it can carry a cursor. Meanwhile (cur_txid, cur_id) stays where
+-- the window began, so every "unread" check stays conservative; when the
+-- window is used up the cursor moves to its end (xmax(hi), 0) and the level
+-- cursor is NULL. A message is overtaken only by higher levels of its own
+-- window.
+-- p_whole (whole_transactions): a page that ends (by p_limit or by bytes)
+-- inside one producer transaction's messages is extended to the end of that
+-- transaction, at its level (fanout._page_finish_tx).
+-- Delayed messages (deliver_at in the future) are passed by the cursor and
+-- wait in the group's retry table (fanout._page_defer); a full page of
+-- nothing but them is followed by the next one (up to 10,000 messages a
+-- call: at least 10 pages, at most 100).
+-- Returns the page as ids and txids (the caller returns the rows once the
+-- page is settled, m<id>_rows). Reads fanout.partition and the topic's
+-- message table; writes fanout.retry, fanout.event_log and, through
+-- fanout._reconcile_stamps, reference-mode stamps.
+CREATE OR REPLACE FUNCTION fanout._window_walk(
+    p_group_id bigint, p_topic_id bigint, p_table text, p_kpart int, p_whole boolean, p_prio boolean,
+    p_limit int, p_max_bytes bigint,
+    p_lo pg_snapshot, p_hi pg_snapshot, p_cur_txid xid8, p_cur_id bigint, p_start bigint, p_bit int,
+    p_plvl smallint, p_ptx xid8, p_pid bigint,
+    OUT o_ids bigint[], OUT o_txids xid8[],
+    OUT o_lo pg_snapshot, OUT o_hi pg_snapshot, OUT o_cur_txid xid8, OUT o_cur_id bigint,
+    OUT o_plvl smallint, OUT o_ptx xid8, OUT o_pid bigint, OUT o_changed boolean)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    c_max     constant bigint := 9223372036854775807;
+    v_left    int := p_limit;
+    v_bytes   bigint := coalesce(p_max_bytes, c_max);  -- budget left
+    v_rounds  int := 0;
+    v_pages   int := 0;
+    v_max_pages int := greatest(10, least(100, 10000 / greatest(p_limit, 1)));
+    v_lvl     int := CASE WHEN p_prio THEN coalesce(p_plvl, 9) END;  -- NULL: commit order
+    v_ptx     xid8 := CASE WHEN p_prio AND p_plvl IS NOT NULL THEN p_ptx ELSE p_cur_txid END;
+    v_pid     bigint := CASE WHEN p_prio AND p_plvl IS NOT NULL THEN p_pid ELSE p_cur_id END;
+    v_start   bigint := CASE WHEN pg_snapshot_xmax(p_lo) = '1' THEN coalesce(p_start, 0) ELSE 0 END;
+    v_mask    bigint := coalesce(1::bigint << p_bit, 0);
+    v_page    text := format('SELECT * FROM fanout_data.%I($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)',
+                             p_table || '_page');
+    v_run xid8[]; v_ids bigint[]; v_txids xid8[]; v_da timestamptz[]; v_sz int[]; v_used bigint;
+    v_got int; v_min_id bigint; v_new pg_snapshot; v_phase int; v_full boolean := false;
+    v_deliver timestamptz[] := '{}'; v_now timestamptz := clock_timestamp();
+BEGIN
+    o_lo := p_lo; o_hi := p_hi; o_cur_txid := p_cur_txid; o_cur_id := p_cur_id;
+    o_ids := '{}'; o_txids := '{}';
+    IF p_bit IS NOT NULL THEN
+        PERFORM fanout._reconcile_stamps(p_topic_id, o_hi);
+    END IF;
+    <<pages>> LOOP
+        <<windows>> LOOP
+            LOOP  -- the levels (one pass in commit order)
+                -- Phase 1: transactions running at lo that committed by hi;
+                -- phase 2: [xmax(lo), xmax(hi)), skipping what hi saw running.
+                FOR v_phase IN 1..2 LOOP
+                    IF v_phase = 1 THEN
+                        CONTINUE WHEN v_ptx >= pg_snapshot_xmax(o_lo);
+                        v_run := ARRAY(SELECT x FROM pg_snapshot_xip(o_lo) AS x
+                                       WHERE x >= v_ptx AND pg_visible_in_snapshot(x, o_hi) ORDER BY x);
+                        IF cardinality(v_run) = 0 THEN
+                            v_ptx := pg_snapshot_xmax(o_lo); v_pid := 0;
+                            CONTINUE;
+                        END IF;
+                        v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_run[1]));
+                    ELSE
+                        CONTINUE WHEN v_ptx >= pg_snapshot_xmax(o_hi);
+                        v_run := NULL;
+                        v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_ptx));
+                    END IF;
+                    EXECUTE v_page INTO v_ids, v_txids, v_da, v_sz, v_used
+                        USING p_kpart, v_lvl, v_run, pg_snapshot_xmax(o_hi), ARRAY(SELECT pg_snapshot_xip(o_hi)),
+                              v_ptx, v_pid, v_min_id, v_left, v_mask;
+                    v_got := coalesce(cardinality(v_ids), 0);
+                    IF v_used > v_bytes THEN  -- the byte bound: the prefix that fits
+                        v_got := fanout._page_fit(v_sz, v_bytes, cardinality(o_ids) = 0);
+                        v_full := v_got < cardinality(v_ids);
+                        v_ids := v_ids[1:v_got]; v_txids := v_txids[1:v_got]; v_da := v_da[1:v_got];
+                        v_used := (SELECT sum(x) FROM unnest(v_sz[1:v_got]) AS x);
+                    END IF;
+                    v_bytes := v_bytes - coalesce(v_used, 0);
+                    IF v_got > 0 THEN
+                        o_ids := o_ids || v_ids; o_txids := o_txids || v_txids; v_deliver := v_deliver || v_da;
+                        v_ptx := v_txids[v_got]; v_pid := v_ids[v_got];
+                        v_left := v_left - v_got;
+                    END IF;
+                    v_full := v_full OR v_left = 0;
+                    EXIT windows WHEN v_full;
+                    IF v_phase = 1 THEN
+                        v_ptx := pg_snapshot_xmax(o_lo); v_pid := 0;
+                    END IF;
+                END LOOP;
+                EXIT WHEN coalesce(v_lvl, 0) = 0;
+                -- This level is used up: the next starts where the window's commit-order part ended.
+                v_lvl := v_lvl - 1; v_ptx := o_cur_txid; v_pid := o_cur_id;
+            END LOOP;
+            -- The window is used up (by priority: its cursor moves to its end).
+            IF p_prio THEN
+                o_cur_txid := pg_snapshot_xmax(o_hi); o_cur_id := 0; v_lvl := 9;
+            ELSE
+                o_cur_txid := v_ptx; o_cur_id := v_pid;
+            END IF;
+            v_ptx := o_cur_txid; v_pid := o_cur_id;
+            EXIT WHEN v_rounds >= 2;
+            v_new := fanout._next_window(p_topic_id, p_bit, o_hi);
+            EXIT WHEN v_new::text = o_hi::text;
+            o_lo := o_hi; o_hi := v_new; o_cur_txid := '0'; o_cur_id := 0; v_ptx := '0'; v_pid := 0;
+            v_rounds := v_rounds + 1;
+            v_start := 0;
+        END LOOP;
+
+        -- whole_transactions: finish the producer transaction the page ended in.
+        IF p_whole AND v_full AND cardinality(o_ids) > 0 THEN
+            SELECT x.o_ids, x.o_txids, x.o_deliver INTO v_ids, v_txids, v_da
+            FROM fanout._page_finish_tx(p_group_id, p_table, p_kpart, v_lvl, v_mask, cardinality(o_ids), v_ptx, v_pid) x;
+            IF cardinality(v_ids) > 0 THEN
+                o_ids := o_ids || v_ids; o_txids := o_txids || v_txids; v_deliver := v_deliver || v_da;
+                v_ptx := v_txids[cardinality(v_ids)]; v_pid := v_ids[cardinality(v_ids)];
+            END IF;
+        END IF;
+
+        -- Delayed messages not due yet wait in the retry table (fanout._page_defer).
+        IF EXISTS (SELECT 1 FROM unnest(v_deliver) AS d WHERE d > v_now) THEN
+            SELECT d.o_ids, d.o_txids INTO o_ids, o_txids
+            FROM fanout._page_defer(p_group_id, p_kpart, o_ids, o_txids, v_deliver, v_now) d;
+            -- A full page of delayed messages only: read on from the cursor.
+            IF cardinality(o_ids) = 0 AND v_full AND v_pages < v_max_pages - 1 THEN
+                v_pages := v_pages + 1; v_left := p_limit; v_bytes := coalesce(p_max_bytes, c_max);
+                v_deliver := '{}'; v_full := false;
+                CONTINUE pages;
+            END IF;
+        END IF;
+        EXIT pages;
+    END LOOP;
+
+    IF NOT p_prio THEN
+        o_cur_txid := v_ptx; o_cur_id := v_pid;
+    ELSIF v_full THEN  -- the window is not used up: the level cursor
+        o_plvl := v_lvl; o_ptx := v_ptx; o_pid := v_pid;
+    END IF;
+    o_changed := o_lo::text <> p_lo::text OR o_hi::text <> p_hi::text
+                 OR (o_cur_txid, o_cur_id) IS DISTINCT FROM (p_cur_txid, p_cur_id)
+                 OR (o_plvl, o_ptx, o_pid) IS DISTINCT FROM (p_plvl, p_ptx, p_pid);
+END
+$fn$;

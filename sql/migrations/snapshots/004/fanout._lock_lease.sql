@@ -1,0 +1,89 @@
+-- fanout._lock_lease(p_lease_id): the lease's slot row, locked FOR UPDATE (so
+-- that an ack and a takeover by another reader are serialised). A lease id
+-- is slot_id * 2^32 + epoch * 2^16 + page_no (fanout._lease_open). An
+-- earlier page of the slot, of the slot's current epoch or before it, was
+-- settled in full by its holder, since a slot with anything taken away is
+-- never reused: it comes back unlocked as an empty page (no messages,
+-- open_count 0; acking or nacking it again settles nothing), so that a late
+-- re-ack never waits for the slot's current holder. A page number of the
+-- slot's current epoch (from epoch_since on) presented with another epoch
+-- was handed out by a server whose history was lost (an asynchronous
+-- failover, or a crash that lost committed transactions): the same page
+-- went out again since, or will, and the stale holder is fenced (PGQ11). So
+-- is a page number the slot has not reached when the id's epoch is not the
+-- running server's. Records the lease's consumer as alive
+-- (fanout._touch_member). The caller must be allowed to consume the lease's
+-- topic (fanout._authorize), checked before the lock so that another tenant
+-- cannot even block the lease; not checked again when the caller has
+-- checked it (p_checked: read(..., ack =>), which consumes the lease's
+-- topic and group), nor when this transaction wrote the slot's row (the
+-- read that handed the page out, or an earlier ack of it, checked it in
+-- this transaction). Nothing is remembered past the transaction: a grant
+-- revoked before the next transaction refuses its ack.
+-- Raises: PGQ03 NULL id, PGQ10 unknown lease (no such slot, or a page the
+-- slot has not reached), PGQ11 a page of a lost history, PGQ21 no consume
+-- grant on its topic.
+-- Tables: fanout.lease, fanout.consumer_group, fanout.topic, fanout.member.
+CREATE OR REPLACE FUNCTION fanout._lock_lease(p_lease_id bigint, p_checked boolean DEFAULT false)
+RETURNS fanout.lease
+LANGUAGE plpgsql
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    v_l     fanout.lease;
+    v_epoch int := (p_lease_id >> 16) & 65535;
+    v_page  bigint := p_lease_id & 65535;
+BEGIN
+    IF p_lease_id IS NULL THEN
+        RAISE EXCEPTION 'lease_id must not be NULL' USING ERRCODE = 'PGQ03';
+    END IF;
+    IF NOT p_checked THEN
+        PERFORM fanout._authorize(t.topic, 'consume')
+        FROM fanout.lease l
+        JOIN fanout.consumer_group g ON g.group_id = l.group_id
+        JOIN fanout.topic t ON t.topic_id = g.topic_id
+        WHERE l.slot_id = p_lease_id >> 32
+          AND l.xmin IS DISTINCT FROM pg_current_xact_id_if_assigned()::xid;
+    END IF;
+    -- The slot's current page, locked; else (no lock) what the slot holds.
+    SELECT * INTO v_l FROM fanout.lease l
+    WHERE l.slot_id = p_lease_id >> 32 AND l.lease_id = p_lease_id FOR UPDATE;
+    IF NOT FOUND THEN
+        SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = p_lease_id >> 32;
+        IF v_l.lease_id = p_lease_id THEN
+            -- Handed out just now (after the statement above began).
+            SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = p_lease_id >> 32 FOR UPDATE;
+        END IF;
+    END IF;
+    IF v_l.lease_id IS DISTINCT FROM p_lease_id AND p_lease_id > 0 AND v_l.slot_id IS NOT NULL
+       AND ((v_page BETWEEN v_l.epoch_since AND v_l.page_no AND v_epoch <> v_l.epoch)
+            OR (v_page > v_l.page_no AND v_epoch <> fanout._epoch())) THEN
+        RAISE EXCEPTION 'lease % was handed out by a server whose history was lost', p_lease_id
+            USING ERRCODE = 'PGQ11',
+                  HINT = 'a failover or crash rolled its page back; its messages are handed out again: roll back';
+    END IF;
+    IF v_l.slot_id IS NULL OR v_page NOT BETWEEN 1 AND v_l.page_no OR p_lease_id < 0 THEN
+        RAISE EXCEPTION 'lease % does not exist', p_lease_id
+            USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
+    END IF;
+    IF v_l.lease_id <> p_lease_id THEN
+        -- An earlier page of the slot: settled in full, nothing left of it.
+        v_l.lease_id := p_lease_id;
+        v_l.page_no := v_page;
+        v_l.msg_ids := '{}';
+        v_l.msg_txids := '{}';
+        v_l.attempts := '{}';
+        v_l.settled := '{}';
+        v_l.reclaimed := '{}';
+        v_l.open_count := 0;
+        v_l.kpart := NULL;
+        v_l.generation := NULL;
+        RETURN v_l;
+    END IF;
+    IF v_l.consumer IS NOT NULL THEN
+        -- Acks, nacks and extensions are signs of life too (throttled per member).
+        PERFORM fanout._touch_member(v_l.group_id, v_l.consumer, clock_timestamp());
+    END IF;
+    RETURN v_l;
+END
+$fn$;
