@@ -99,6 +99,16 @@ type Config struct {
 	// Logger receives warnings (failed reads, acks, reconnects).
 	// Default slog.Default().
 	Logger *slog.Logger
+
+	// OnAckFailed, when set, is called with the messages whose handler
+	// returned nil but whose ack did not commit: the ack failed for good
+	// (fenced, lease gone, or connection errors until the lease ran out),
+	// the page's lease was lost while it was handled, or a TxHandler's
+	// transaction failed at its ack or commit. Each such message is
+	// delivered again and handled a second time (docs/client.md lists every
+	// case). err says why. It is called from the consumer's goroutine and
+	// should return quickly. Default nil.
+	OnAckFailed func(leaseID int64, messageIDs []int64, err error)
 }
 
 // Defaults of Config, in one place.
@@ -604,6 +614,7 @@ func (c *Consumer) interval(d time.Duration) pgtype.Interval {
 type pendingAck struct {
 	leaseID int64
 	n       int
+	ids     []int64   // the page's messages
 	until   time.Time // the lease's local deadline: retries stop there
 }
 
@@ -658,7 +669,7 @@ func (c *Consumer) flush(ctx context.Context, p *pendingAck) {
 	}
 	fctx, cancel := c.settleContext(ctx, p.until)
 	defer cancel()
-	if c.settle(fctx, p.until, sqlAckAll, p.leaseID) {
+	if c.settle(fctx, p.until, p.ids, sqlAckAll, p.leaseID) {
 		c.acked.Add(int64(p.n))
 	}
 }
@@ -873,12 +884,13 @@ func (c *Consumer) page(ctx context.Context, pending *pendingAck, more func() bo
 			c.cfg.Logger.Warn("pgq client: the page was taken over while it was handled; its handled messages "+
 				"cannot be acked and their new holder handles them again",
 				"topic", c.cfg.Topic, "group", c.cfg.Group, "lease_id", leaseID, "handled", len(ok))
+			c.ackFailed(leaseID, ok, context.Cause(hctx)) // (after finish: the keeper's cause)
 		}
 		return len(ds), nil, nil
 	}
 	if len(failed) == 0 && len(ok) == len(ds) {
 		if ctx.Err() == nil && !c.cfg.DisablePipelinedAck && (len(ds) == c.cfg.MaxMessages || more()) {
-			return len(ds), &pendingAck{leaseID: leaseID, n: len(ds), until: until}, nil
+			return len(ds), &pendingAck{leaseID: leaseID, n: len(ds), ids: ok, until: until}, nil
 		}
 	}
 	sctx, cancel := c.settleContext(ctx, until)
@@ -886,11 +898,11 @@ func (c *Consumer) page(ctx context.Context, pending *pendingAck, more func() bo
 	switch {
 	case len(ok) == 0:
 	case len(ok) == len(ds):
-		if c.settle(sctx, until, sqlAckAll, leaseID) {
+		if c.settle(sctx, until, ok, sqlAckAll, leaseID) {
 			c.acked.Add(int64(len(ok)))
 		}
 	default:
-		if c.settle(sctx, until, sqlAckIDs, leaseID, ok) {
+		if c.settle(sctx, until, ok, sqlAckIDs, leaseID, ok) {
 			c.acked.Add(int64(len(ok)))
 		}
 	}
@@ -940,6 +952,9 @@ func (c *Consumer) handleTx(pl *pageLease, d *Delivery) {
 	// Everything rolled back; the message comes back after the lease or is
 	// already with its new holder.
 	c.errs.Add(1)
+	if !errors.As(err, &he) {
+		c.ackFailed(d.LeaseID, []int64{d.ID}, err)
+	}
 	if IsFenced(err) {
 		c.cfg.Logger.Warn("pgq client: fenced: the lease expired and the message went to another consumer; "+
 			"the transaction rolled back", "lease_id", d.LeaseID, "message_id", d.ID, "error", err)
@@ -954,16 +969,25 @@ type handlerError struct{ err error }
 func (e *handlerError) Error() string { return e.err.Error() }
 func (e *handlerError) Unwrap() error { return e.err }
 
-// settle acks (sql is sqlAckAll or sqlAckIDs), retrying connection errors
+// ackFailed reports handled messages that were not acked
+// (Config.OnAckFailed).
+func (c *Consumer) ackFailed(leaseID int64, ids []int64, err error) {
+	if c.cfg.OnAckFailed != nil && len(ids) > 0 {
+		c.cfg.OnAckFailed(leaseID, ids, err)
+	}
+}
+
+// settle acks ids (sql is sqlAckAll or sqlAckIDs), retrying connection errors
 // on a fresh connection while the lease is valid (until). A final failure
 // is counted (Stats.SettleFailures) and logged.
-func (c *Consumer) settle(ctx context.Context, until time.Time, sql string, args ...any) bool {
+func (c *Consumer) settle(ctx context.Context, until time.Time, ids []int64, sql string, args ...any) bool {
 	err := c.execRetry(ctx, until, "ack", sql, args...)
 	if err == nil {
 		return true
 	}
 	c.errs.Add(1)
 	c.settleFailures.Add(1)
+	c.ackFailed(args[0].(int64), ids, err)
 	switch {
 	case IsFenced(err):
 		c.cfg.Logger.Warn("pgq client: ack fenced: the lease expired and its messages went to another consumer",

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -388,4 +389,53 @@ func TestFencedPageStopsAndCancelsHandler(t *testing.T) {
 	}
 	mu.Unlock()
 	require.Zero(t, c.Stats().SettleFailures, "no ack is tried on a page the server took away")
+}
+
+// A message whose handler succeeded on a page that is taken away before its
+// ack is reported to Config.OnAckFailed (it will be handled again by the new
+// holder), with the lease and a cause that wraps ErrLeaseLost; the message
+// interrupted by the loss is not reported (its handler did not succeed).
+func TestOnAckFailedReportsHandledMessagesOfALostPage(t *testing.T) {
+	t.Parallel()
+	b, ctx := setup(t)
+	createTopic(t, ctx, b.Pool, "ackfailed")
+	ids := publishN(t, ctx, b, "ackfailed", 3)
+
+	type report struct {
+		lease int64
+		ids   []int64
+		err   error
+	}
+	reports := make(chan report, 10)
+	var leaseOfFirst atomic.Int64
+	started := make(chan struct{})
+	h := func(hctx context.Context, d *client.Delivery) error {
+		if d.ID == ids[0] {
+			leaseOfFirst.Store(d.LeaseID)
+			return nil // handled: its ack will fail
+		}
+		if d.ID != ids[1] || d.LeaseID != leaseOfFirst.Load() {
+			return nil
+		}
+		close(started)
+		<-hctx.Done() // until the page is taken away
+		return hctx.Err()
+	}
+	c, err := client.NewConsumer(b.Pool, client.Config{Topic: "ackfailed", MaxMessages: 3, Lease: 2 * time.Second,
+		Logger: quiet, OnAckFailed: func(lease int64, ids []int64, err error) {
+			reports <- report{lease, ids, err}
+		}}, h)
+	require.NoError(t, err)
+	run(t, ctx, c)
+	<-started
+	_, err = b.Pool.Exec(ctx, `SELECT fanout.seek('ackfailed', NULL, 'earliest')`)
+	require.NoError(t, err)
+	select {
+	case r := <-reports:
+		require.Equal(t, leaseOfFirst.Load(), r.lease)
+		require.Equal(t, []int64{ids[0]}, r.ids, "exactly the handled message of the lost page")
+		require.ErrorIs(t, r.err, client.ErrLeaseLost)
+	case <-time.After(time.Minute):
+		t.Fatal("OnAckFailed was not called for the handled message of the lost page")
+	}
 }
