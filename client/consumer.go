@@ -36,6 +36,14 @@ type Config struct {
 	// MaxMessages is the page size: messages claimed per fanout.read.
 	// Default 100 (the server accepts 1..10000).
 	MaxMessages int
+	// MaxBytes bounds a page's size (payload + headers + message_group of
+	// its messages; the first message always comes). Default 16 MiB, as
+	// the server's (it accepts 1..536870912).
+	MaxBytes int64
+	// Partition, when set, reads only that key partition of a partitioned
+	// topic (explicit assignment: fanout.read(..., partition => k)); nil
+	// means automatic assignment. A group uses one mode (PGQ24).
+	Partition *int
 	// Lease is how long a page is reserved for this consumer before another
 	// member may take its un-acked messages. While a page is handled, a
 	// timer extends its lease (fanout.extend_lease) each time half of it has
@@ -114,6 +122,7 @@ type Config struct {
 // Defaults of Config, in one place.
 const (
 	DefaultMaxMessages     = 100
+	DefaultMaxBytes        = 16 << 20
 	DefaultLease           = 30 * time.Second
 	DefaultPollInterval    = time.Second
 	DefaultErrorBackoff    = 200 * time.Millisecond
@@ -134,6 +143,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxMessages < 1 || c.MaxMessages > 10000 {
 		return c, fmt.Errorf("pgq client: Config.MaxMessages must be 1..10000, got %d", c.MaxMessages)
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
+	if c.MaxBytes < 1 || c.MaxBytes > 512<<20 {
+		return c, fmt.Errorf("pgq client: Config.MaxBytes must be 1..536870912, got %d", c.MaxBytes)
 	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
@@ -326,14 +341,19 @@ func (c *Consumer) Stats() Stats {
 	}
 }
 
+// The consumer's statements, in named notation (the API test checks that
+// every parameter of the SQL functions appears in one). sqlRead's ack is
+// the lease of the previous page, acked in the same statement (NULL: none).
 const (
 	sqlRead = `SELECT lease_id, message_id, payload, headers, message_group, published_at, attempt
-	           FROM fanout.read($1::text, $2::text, $3::text, $4::int, $5::interval)`
-	sqlAckAll  = `SELECT fanout.ack($1::bigint, NULL::bigint[])`
-	sqlAckIDs  = `SELECT fanout.ack($1::bigint, $2::bigint[])`
-	sqlNack    = `SELECT fanout.nack($1::bigint, $2::bigint[], $3::interval, $4::text)`
-	sqlExtend  = `SELECT fanout.extend_lease($1::bigint, $2::interval)`
-	sqlHeart   = `SELECT fanout.heartbeat($1::text, $2::text, $3::text)::text`
+	           FROM fanout.read(topic => $1::text, group_name => $2::text, consumer => $3::text,
+	                            max_messages => $4::int, lease => $5::interval, max_bytes => $6::bigint,
+	                            partition => $7::int, ack => $8::bigint)`
+	sqlAckAll  = `SELECT fanout.ack(lease_id => $1::bigint, message_ids => NULL::bigint[])`
+	sqlAckIDs  = `SELECT fanout.ack(lease_id => $1::bigint, message_ids => $2::bigint[])`
+	sqlNack    = `SELECT fanout.nack(lease_id => $1::bigint, message_ids => $2::bigint[], retry_in => $3::interval, error => $4::text)`
+	sqlExtend  = `SELECT fanout.extend_lease(lease_id => $1::bigint, extend_by => $2::interval)`
+	sqlHeart   = `SELECT fanout.heartbeat(topic => $1::text, group_name => $2::text, consumer => $3::text)::text`
 	sqlChannel = `SELECT channel, notify FROM fanout.topics WHERE topic = $1`
 )
 
@@ -618,27 +638,25 @@ type pendingAck struct {
 	until   time.Time // the lease's local deadline: retries stop there
 }
 
-// read claims one page. With a pending ack, the ack and the read go to the
-// server in one round trip (a pipeline: one implicit transaction, one
-// commit); if that fails, the ack is retried alone and the read follows.
+// read claims one page. With a pending ack, the ack travels in the read
+// (fanout.read(..., ack => lease): one statement, one round trip, one
+// commit); if that fails, nothing was acked or read: the ack is retried
+// alone and a plain read follows.
 func (c *Consumer) read(ctx context.Context, pending *pendingAck) ([]Delivery, error) {
-	args := []any{c.cfg.Topic, nullText(c.cfg.Group), c.cfg.Consumer, c.cfg.MaxMessages, c.interval(c.cfg.Lease)}
+	var partition any
+	if c.cfg.Partition != nil {
+		partition = *c.cfg.Partition
+	}
+	args := []any{c.cfg.Topic, nullText(c.cfg.Group), c.cfg.Consumer, c.cfg.MaxMessages, c.interval(c.cfg.Lease),
+		c.cfg.MaxBytes, partition, nil}
 	if pending != nil {
-		b := &pgx.Batch{}
-		b.Queue(sqlAckAll, pending.leaseID)
-		b.Queue(sqlRead, args...)
-		br := c.pool.SendBatch(ctx, b)
-		_, err := br.Exec()
+		args[7] = pending.leaseID
+		rows, err := c.pool.Query(ctx, sqlRead, args...)
 		var out []Delivery
 		if err == nil {
-			var rows pgx.Rows
-			if rows, err = br.Query(); err == nil {
-				out, err = c.scan(rows)
-			}
+			out, err = c.scan(rows)
 		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
+		args[7] = nil
 		if err == nil {
 			c.acked.Add(int64(pending.n))
 			return out, nil
@@ -675,6 +693,15 @@ func (c *Consumer) flush(ctx context.Context, p *pendingAck) {
 }
 
 func (c *Consumer) scan(rows pgx.Rows) ([]Delivery, error) {
+	out, err := scanDeliveries(rows)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return out, nil
+}
+
+// scanDeliveries reads the rows of fanout.read.
+func scanDeliveries(rows pgx.Rows) ([]Delivery, error) {
 	var out []Delivery
 	var group pgtype.Text
 	var attempt int32
@@ -688,10 +715,7 @@ func (c *Consumer) scan(rows pgx.Rows) ([]Delivery, error) {
 		d.Attempt = int(attempt)
 		out = append(out, d)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, classify(err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // pageLease keeps the lease of one page while its handlers run: a timer
