@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures a Consumer. Zero values mean the defaults listed per
@@ -117,6 +118,12 @@ type Config struct {
 	// case). err says why. It is called from the consumer's goroutine and
 	// should return quickly. Default nil.
 	OnAckFailed func(leaseID int64, messageIDs []int64, err error)
+
+	// TracerProvider, when set, turns OpenTelemetry tracing on: a span per
+	// read that returned messages and one per handler call, whose parent
+	// is the publisher's trace context from the message's headers
+	// (Publisher.WithTracerProvider puts it there). Default nil: off.
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults of Config, in one place.
@@ -290,6 +297,7 @@ type Consumer struct {
 	cfg       Config
 	handler   Handler
 	txHandler TxHandler
+	tracer    trace.Tracer // nil: tracing off
 	running   atomic.Bool
 
 	reads, emptyReads, delivered, acked, nacked, errs atomic.Int64
@@ -324,7 +332,11 @@ func newConsumer(pool *pgxpool.Pool, cfg Config, h Handler, th TxHandler) (*Cons
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{pool: pool, cfg: cfg, handler: h, txHandler: th}, nil
+	c := &Consumer{pool: pool, cfg: cfg, handler: h, txHandler: th}
+	if cfg.TracerProvider != nil {
+		c.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
+	return c, nil
 }
 
 // Config returns the consumer's configuration with defaults filled in.
@@ -850,6 +862,7 @@ func (p *pageLease) lose(cause error) {
 func (c *Consumer) page(ctx context.Context, pending *pendingAck, more func() bool) (int, *pendingAck, error) {
 	leasedAt := time.Now()
 	ds, err := c.read(ctx, pending)
+	readSpan := c.traceRead(ctx, leasedAt, len(ds), err)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -877,10 +890,12 @@ func (c *Consumer) page(ctx context.Context, pending *pendingAck, more func() bo
 		}
 		handled++
 		if c.txHandler != nil {
-			c.handleTx(pl, &ds[i])
+			c.handleTx(pl, readSpan, &ds[i])
 			continue
 		}
-		err := c.call(hctx, &ds[i])
+		pctx, end := c.startProcess(hctx, readSpan, &ds[i])
+		err := c.call(pctx, &ds[i])
+		end(err)
 		switch {
 		case err == nil:
 			ok = append(ok, ds[i].ID)
@@ -946,20 +961,22 @@ func (c *Consumer) call(ctx context.Context, d *Delivery) (err error) {
 	return c.handler(ctx, d)
 }
 
-func (c *Consumer) handleTx(pl *pageLease, d *Delivery) {
+func (c *Consumer) handleTx(pl *pageLease, readSpan trace.SpanContext, d *Delivery) {
 	ctx := pl.ctx
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
+	pctx, end := c.startProcess(ctx, readSpan, d)
+	err := pgx.BeginFunc(pctx, c.pool, func(tx pgx.Tx) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				err = fmt.Errorf("pgq client: handler panicked: %v", r)
 			}
 		}()
-		if err := c.txHandler(ctx, tx, d); err != nil {
+		if err := c.txHandler(pctx, tx, d); err != nil {
 			return &handlerError{err}
 		}
-		_, err = tx.Exec(ctx, sqlAckIDs, d.LeaseID, []int64{d.ID})
+		_, err = tx.Exec(pctx, sqlAckIDs, d.LeaseID, []int64{d.ID})
 		return err
 	})
+	end(err)
 	if err == nil {
 		c.acked.Add(1)
 		return

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DB is what the client runs statements on. *pgxpool.Pool, *pgxpool.Conn,
@@ -98,7 +99,8 @@ const (
 // It holds no state but the DB it runs on and is safe for concurrent use
 // when that DB is (a pool is; a single connection or transaction is not).
 type Publisher struct {
-	db DB
+	db     DB
+	tracer trace.Tracer // nil: tracing off (WithTracerProvider)
 }
 
 // NewPublisher returns a Publisher that runs on db: a pool (every call is its
@@ -111,7 +113,7 @@ func NewPublisher(db DB) *Publisher {
 // WithTx returns a Publisher that publishes inside tx (the transactional
 // outbox): the messages are delivered only if tx commits.
 func (p *Publisher) WithTx(tx pgx.Tx) *Publisher {
-	return &Publisher{db: tx}
+	return &Publisher{db: tx, tracer: p.tracer}
 }
 
 // Publish appends one message to topic and returns its id. Errors from the
@@ -125,9 +127,11 @@ func (p *Publisher) Publish(ctx context.Context, topic string, m Message, opts .
 		f(&o)
 	}
 	notify, deliverAt, delay, priority := o.args()
+	ctx, end, headers := p.startPublish(ctx, topic, []Message{m})
 	var id int64
-	err := p.db.QueryRow(ctx, sqlPublish, topic, m.Payload, nullJSON(m.Headers), nullText(m.MessageGroup), notify,
+	err := p.db.QueryRow(ctx, sqlPublish, topic, m.Payload, nullJSON(headers[0]), nullText(m.MessageGroup), notify,
 		nullText(m.DedupeKey), deliverAt, delay, priority, nullInt(m.Sequence)).Scan(&id)
+	end(err)
 	if err != nil {
 		return 0, fmt.Errorf("pgq client: publish to %q: %w", topic, err)
 	}
@@ -145,6 +149,14 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs []Messa
 	for _, f := range opts {
 		f(&o)
 	}
+	ctx, end, traced := p.startPublish(ctx, topic, msgs)
+	ids, err := p.publishBatch(ctx, topic, msgs, traced, o)
+	end(err)
+	return ids, err
+}
+
+func (p *Publisher) publishBatch(ctx context.Context, topic string, msgs []Message, traced []json.RawMessage,
+	o publishOptions) ([]int64, error) {
 	payloads := make([]string, len(msgs))
 	var headers []*string
 	var groups, keys []*string
@@ -154,11 +166,11 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs []Messa
 			return nil, fmt.Errorf("pgq client: publish_batch: empty payload at element %d", i+1)
 		}
 		payloads[i] = string(m.Payload)
-		if len(m.Headers) > 0 {
+		if len(traced[i]) > 0 {
 			if headers == nil {
 				headers = make([]*string, len(msgs))
 			}
-			h := string(m.Headers)
+			h := string(traced[i])
 			headers[i] = &h
 		}
 		if m.MessageGroup != "" {
