@@ -17,7 +17,7 @@ import (
 // values mean the server's defaults.
 type ReadOptions struct {
 	Group       string        // the consumer group (required on pubsub topics)
-	Consumer    string        // this member's name ("" = the session's default)
+	Consumer    string        // this member's name ("" = NULL: the server's default)
 	MaxMessages int           // page size, 1..10000 (default 100)
 	Lease       time.Duration // how long the page is reserved (default 30 s)
 	MaxBytes    int64         // page size in bytes (default 16 MiB)
