@@ -673,7 +673,9 @@ func (c *Consumer) read(ctx context.Context, pending *pendingAck) ([]Delivery, e
 			c.acked.Add(int64(pending.n))
 			return out, nil
 		}
-		// Nothing of the pipeline committed: settle the page on its own.
+		// Nothing was acked or read, or the reply was lost (then the ack
+		// may have committed: acking again is harmless): ack the page on
+		// its own.
 		c.flush(ctx, pending)
 	}
 	rows, err := c.pool.Query(ctx, sqlRead, args...)
