@@ -809,8 +809,11 @@ func (p *pageLease) keep(ctx context.Context) {
 		cancel()
 		if err == nil {
 			c.extensions.Add(1)
+			// As the server: the expiry moves by Lease from the later of the
+			// old expiry and now (so the local deadline stays no later than
+			// the server's, and acks are retried as long as the lease holds).
 			p.mu.Lock()
-			p.deadline = start.Add(c.cfg.Lease)
+			p.deadline = maxTime(until, start).Add(c.cfg.Lease)
 			p.mu.Unlock()
 			continue
 		}
@@ -996,6 +999,9 @@ func (c *Consumer) handleTx(pl *pageLease, readSpan trace.SpanContext, d *Delive
 	// already with its new holder.
 	c.errs.Add(1)
 	if !errors.As(err, &he) {
+		if ctx.Err() != nil { // the ack met the handlers' cancellation: say why
+			err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
+		}
 		c.ackFailed(d.LeaseID, []int64{d.ID}, err)
 	}
 	if IsFenced(err) {
