@@ -133,7 +133,7 @@ type records struct {
 	timeline bool
 	// notAcked: lease → message → why a worker's handling of it was not
 	// acked (F lines; 0 for a whole lease: a K line).
-	notAcked map[int64]map[int64]string
+	notAcked map[int64]map[int64]notAcked
 	killedAt map[string]int64 // consumer → unix nanos when the harness SIGKILLed it (X lines)
 	overruns int              // O lines
 	stops    int              // P lines
@@ -141,16 +141,24 @@ type records struct {
 
 // addNotAcked records why message msg (0: every message) of lease was not
 // acked.
-func (rs *records) addNotAcked(lease, msg int64, reason string) {
+func (rs *records) addNotAcked(lease, msg int64, n notAcked) {
 	if rs.notAcked[lease] == nil {
-		rs.notAcked[lease] = map[int64]string{}
+		rs.notAcked[lease] = map[int64]notAcked{}
 	}
-	rs.notAcked[lease][msg] = reason
+	rs.notAcked[lease][msg] = n
+}
+
+// notAcked is one F (or K) line: why a handled message was not acked, when
+// the worker found out (unix nanos; 0: not judged) and the error it met.
+type notAcked struct {
+	reason string
+	at     int64
+	cause  string
 }
 
 func readRecords(dir string) (*records, error) {
 	rs := &records{txns: map[string]*txnRec{}, acks: map[int64]string{}, ackSent: map[int64]int64{},
-		meta: map[string]msgMeta{}, notAcked: map[int64]map[int64]string{}, killedAt: map[string]int64{}}
+		meta: map[string]msgMeta{}, notAcked: map[int64]map[int64]notAcked{}, killedAt: map[string]int64{}}
 	files, err := filepath.Glob(filepath.Join(dir, "*.rec"))
 	if err != nil {
 		return nil, err
@@ -250,7 +258,7 @@ func (rs *records) readFile(name string) error {
 			rs.selfKills++
 			if len(fs) == 3 {
 				if lease, err := strconv.ParseInt(fs[2], 10, 64); err == nil {
-					rs.addNotAcked(lease, 0, "killed mid-page")
+					rs.addNotAcked(lease, 0, notAcked{reason: "killed mid-page"})
 				}
 			}
 		case fs[0] == "S" && len(fs) == 2:
@@ -269,11 +277,16 @@ func (rs *records) readFile(name string) error {
 		case fs[0] == "F" && len(fs) >= 5:
 			lease, e1 := strconv.ParseInt(fs[1], 10, 64)
 			msg, e2 := strconv.ParseInt(fs[2], 10, 64)
-			if e1 != nil || e2 != nil {
+			at, e3 := strconv.ParseInt(fs[4], 10, 64)
+			if e1 != nil || e2 != nil || e3 != nil {
 				bad()
 				continue
 			}
-			rs.addNotAcked(lease, msg, fs[3])
+			n := notAcked{reason: fs[3], at: at}
+			if len(fs) > 5 {
+				n.cause = fs[5]
+			}
+			rs.addNotAcked(lease, msg, n)
 		default:
 			bad()
 		}

@@ -383,7 +383,7 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 			case !rs.timeline:
 				r.Allowed++
 			default:
-				if why := rs.explain(handled, prev.id, key.msg); why != "" {
+				if why := rs.explain(handled, prev, key.msg); why != "" {
 					r.Allowed++
 					v.Explained[why]++
 				} else {
@@ -414,24 +414,42 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 	return v
 }
 
+// clientGiveUpMargin is how long before the lease's expiry on the server
+// a correct client may give an ack or an extension up for good: it stops
+// retrying when the next try would start after the lease's local deadline
+// (which is no later than the server's), its backoff at most the workers'
+// MaxErrorBackoff.
+const clientGiveUpMargin = clientMaxErrorBackoff + 250*time.Millisecond
+
 // explain says why message msg, delivered under lease, may be delivered
 // again (the fault timeline), or "" when nothing explains it: nobody
 // handled it (the read's answer never reached a handler), a worker
 // recorded why its handling was not acked (F and K lines), the worker's
 // ack of the lease failed (A line), or the harness SIGKILLed the consumer
-// after it recorded the delivery (X line).
-func (rs *records) explain(handled map[[2]int64][]delivery, lease, msg int64) string {
-	ds := handled[[2]int64{lease, msg}]
+// after it recorded the delivery (X line). A client's ack given up (or
+// lease lost) counts only when the client found out once the lease was
+// (about to be) over, and not through a cancelled context: a correct client
+// retries while the lease holds and settles with a context that outlives
+// its stop (an ack dropped early is a client bug, not a fault).
+func (rs *records) explain(handled map[[2]int64][]delivery, lease *leaseRow, msg int64) string {
+	ds := handled[[2]int64{lease.id, msg}]
 	if len(ds) == 0 {
 		return "never handled"
 	}
-	if why, ok := rs.notAcked[lease][msg]; ok {
-		return why
+	n, ok := rs.notAcked[lease.id][msg]
+	if !ok {
+		n, ok = rs.notAcked[lease.id][0]
 	}
-	if why, ok := rs.notAcked[lease][0]; ok {
-		return why
+	if ok {
+		if n.reason == "ackfailed" && strings.Contains(n.cause, "context canceled") {
+			return ""
+		}
+		if (n.reason == "ackfailed" || n.reason == "lost") && n.at < lease.expires.Add(-clientGiveUpMargin).UnixNano() {
+			return ""
+		}
+		return n.reason
 	}
-	if out, ok := rs.acks[lease]; ok && out != "ok" {
+	if out, ok := rs.acks[lease.id]; ok && out != "ok" {
 		return "ack failed"
 	}
 	for _, d := range ds {

@@ -334,8 +334,12 @@ func (w *worker) ackPage(ctx context.Context, conn **pgx.Conn, lease int64, late
 }
 
 // clientStopTimeout is the client workers' Config.StopTimeout: a handler
-// that stops the worker mid-page runs past it.
-const clientStopTimeout = time.Second
+// that stops the worker mid-page runs past it. clientMaxErrorBackoff is
+// their Config.MaxErrorBackoff.
+const (
+	clientStopTimeout     = time.Second
+	clientMaxErrorBackoff = 500 * time.Millisecond
+)
 
 // runClient consumes with the client package. Its handler records the
 // delivery; some handlers run for 1.5 leases (spec.Overruns: the 20th
@@ -363,11 +367,18 @@ func (w *worker) runClient(ctx context.Context, consumer string) error {
 		_ = w.rec.write(line("F", lease, id, reason, time.Now().UnixNano(), cause))
 	}
 	cfg := client.Config{Topic: w.spec.Topic, Group: w.spec.Group, Consumer: consumer, MaxMessages: w.spec.Page,
-		Lease: w.spec.Lease, PollInterval: 200 * time.Millisecond, MaxErrorBackoff: 2 * time.Second,
+		Lease: w.spec.Lease, PollInterval: 200 * time.Millisecond, MaxErrorBackoff: clientMaxErrorBackoff,
 		StopTimeout: clientStopTimeout, Logger: w.log,
 		OnAckFailed: func(lease int64, ids []int64, err error) {
+			reason := "ackfailed"
+			switch {
+			case errors.Is(err, client.ErrLeaseLost):
+				reason = "lost"
+			case errors.Is(err, client.ErrStopTimeout):
+				reason = "stopped"
+			}
 			for _, id := range ids {
-				notAcked(lease, id, "ackfailed", err)
+				notAcked(lease, id, reason, err)
 			}
 		}}
 	overrunsLeft, handled := w.spec.Overruns, 0
