@@ -47,8 +47,8 @@ type Config struct {
 	Partition *int
 	// Lease is how long a page is reserved for this consumer before another
 	// member may take its un-acked messages. While a page is handled, a
-	// timer extends its lease (fanout.extend_lease) each time half of it has
-	// passed, also while one handler runs long; when that fails for good
+	// timer extends its lease (fanout.extend_lease) by Lease whenever only
+	// half a lease is left, also while one handler runs long; when that fails for good
 	// the handler's context is cancelled with ErrLeaseLost as its cause.
 	// Default 30 s.
 	Lease time.Duration
@@ -733,7 +733,7 @@ func scanDeliveries(rows pgx.Rows) ([]Delivery, error) {
 }
 
 // pageLease keeps the lease of one page while its handlers run: a timer
-// extends it (fanout.extend_lease) every time half of it has passed, and
+// extends it (fanout.extend_lease) by Lease whenever half a lease is left, and
 // when it cannot (the page was taken over, or the lease ran out before an
 // extension got through) the handlers' context is cancelled with a cause
 // that wraps ErrLeaseLost. That context is also cancelled, with
@@ -789,7 +789,8 @@ func (p *pageLease) finish() {
 	p.cancel(context.Canceled)
 }
 
-// keep extends the lease each time half of it has passed, until finish.
+// keep extends the lease by Lease whenever half a lease is left, until
+// finish.
 func (p *pageLease) keep(ctx context.Context) {
 	defer close(p.exited)
 	c := p.c

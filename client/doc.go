@@ -57,8 +57,8 @@
 // listener connection is down, or the topic was created with notify => false,
 // in which case the consumer does not LISTEN at all).
 //
-// Lease: while a page is handled a timer extends its lease every half
-// lease, also during one long handler; when the lease is lost the handler's
+// Lease: while a page is handled a timer extends its lease by a lease
+// whenever half a lease is left, also during one long handler; when the lease is lost the handler's
 // context is cancelled (context.Cause wraps ErrLeaseLost) and the rest of
 // the page is not handed out.
 //
