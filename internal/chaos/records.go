@@ -51,7 +51,8 @@ import (
 //	P consumer nanos                            a client worker starts a shutdown mid-page
 //	F lease_id message_id reason nanos [error]  a client worker handled the message but it was not
 //	                                            acked: lost (the handler's context: ErrLeaseLost),
-//	                                            stopped (ErrStopTimeout), ackfailed (OnAckFailed)
+//	                                            stopped (ErrStopTimeout), ackfailed (OnAckFailed),
+//	                                            txfailed (OnAckFailed of a TxHandler's transaction)
 type recorder struct {
 	mu sync.Mutex
 	f  *os.File

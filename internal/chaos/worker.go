@@ -376,6 +376,10 @@ func (w *worker) runClient(ctx context.Context, consumer string) error {
 				reason = "lost"
 			case errors.Is(err, client.ErrStopTimeout):
 				reason = "stopped"
+			case w.spec.Kind == kindClientTx:
+				// The handler's transaction failed at its ack or commit (a
+				// killed backend): rolled back, nothing to retry.
+				reason = "txfailed"
 			}
 			for _, id := range ids {
 				notAcked(lease, id, reason, err)
