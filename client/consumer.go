@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures a Consumer. Zero values mean the defaults listed per
@@ -36,10 +37,18 @@ type Config struct {
 	// MaxMessages is the page size: messages claimed per fanout.read.
 	// Default 100 (the server accepts 1..10000).
 	MaxMessages int
+	// MaxBytes bounds a page's size (payload + headers + message_group of
+	// its messages; the first message always comes). Default 16 MiB, as
+	// the server's (it accepts 1..536870912).
+	MaxBytes int64
+	// Partition, when set, reads only that key partition of a partitioned
+	// topic (explicit assignment: fanout.read(..., partition => k)); nil
+	// means automatic assignment. A group uses one mode (PGQ24).
+	Partition *int
 	// Lease is how long a page is reserved for this consumer before another
 	// member may take its un-acked messages. While a page is handled, a
-	// timer extends its lease (fanout.extend_lease) each time half of it has
-	// passed, also while one handler runs long; when that fails for good
+	// timer extends its lease (fanout.extend_lease) by Lease whenever only
+	// half a lease is left, also while one handler runs long; when that fails for good
 	// the handler's context is cancelled with ErrLeaseLost as its cause.
 	// Default 30 s.
 	Lease time.Duration
@@ -99,11 +108,28 @@ type Config struct {
 	// Logger receives warnings (failed reads, acks, reconnects).
 	// Default slog.Default().
 	Logger *slog.Logger
+
+	// OnAckFailed, when set, is called with the messages whose handler
+	// returned nil but whose ack did not commit: the ack failed for good
+	// (fenced, lease gone, or connection errors until the lease ran out),
+	// the page's lease was lost while it was handled, or a TxHandler's
+	// transaction failed at its ack or commit. Each such message is
+	// delivered again and handled a second time (docs/client.md lists every
+	// case). err says why. It is called from the consumer's goroutine and
+	// should return quickly. Default nil.
+	OnAckFailed func(leaseID int64, messageIDs []int64, err error)
+
+	// TracerProvider, when set, turns OpenTelemetry tracing on: a span per
+	// read that returned messages and one per handler call, whose parent
+	// is the publisher's trace context from the message's headers
+	// (Publisher.WithTracerProvider puts it there). Default nil: off.
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults of Config, in one place.
 const (
 	DefaultMaxMessages     = 100
+	DefaultMaxBytes        = 16 << 20
 	DefaultLease           = 30 * time.Second
 	DefaultPollInterval    = time.Second
 	DefaultErrorBackoff    = 200 * time.Millisecond
@@ -124,6 +150,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxMessages < 1 || c.MaxMessages > 10000 {
 		return c, fmt.Errorf("pgq client: Config.MaxMessages must be 1..10000, got %d", c.MaxMessages)
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
+	if c.MaxBytes < 1 || c.MaxBytes > 512<<20 {
+		return c, fmt.Errorf("pgq client: Config.MaxBytes must be 1..536870912, got %d", c.MaxBytes)
 	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
@@ -265,6 +297,7 @@ type Consumer struct {
 	cfg       Config
 	handler   Handler
 	txHandler TxHandler
+	tracer    trace.Tracer // nil: tracing off
 	running   atomic.Bool
 
 	reads, emptyReads, delivered, acked, nacked, errs atomic.Int64
@@ -299,7 +332,11 @@ func newConsumer(pool *pgxpool.Pool, cfg Config, h Handler, th TxHandler) (*Cons
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{pool: pool, cfg: cfg, handler: h, txHandler: th}, nil
+	c := &Consumer{pool: pool, cfg: cfg, handler: h, txHandler: th}
+	if cfg.TracerProvider != nil {
+		c.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
+	return c, nil
 }
 
 // Config returns the consumer's configuration with defaults filled in.
@@ -316,14 +353,19 @@ func (c *Consumer) Stats() Stats {
 	}
 }
 
+// The consumer's statements, in named notation (the API test checks that
+// every parameter of the SQL functions appears in one). sqlRead's ack is
+// the lease of the previous page, acked in the same statement (NULL: none).
 const (
 	sqlRead = `SELECT lease_id, message_id, payload, headers, message_group, published_at, attempt
-	           FROM fanout.read($1::text, $2::text, $3::text, $4::int, $5::interval)`
-	sqlAckAll  = `SELECT fanout.ack($1::bigint, NULL::bigint[])`
-	sqlAckIDs  = `SELECT fanout.ack($1::bigint, $2::bigint[])`
-	sqlNack    = `SELECT fanout.nack($1::bigint, $2::bigint[], $3::interval, $4::text)`
-	sqlExtend  = `SELECT fanout.extend_lease($1::bigint, $2::interval)`
-	sqlHeart   = `SELECT fanout.heartbeat($1::text, $2::text, $3::text)::text`
+	           FROM fanout.read(topic => $1::text, group_name => $2::text, consumer => $3::text,
+	                            max_messages => $4::int, lease => $5::interval, max_bytes => $6::bigint,
+	                            partition => $7::int, ack => $8::bigint)`
+	sqlAckAll  = `SELECT fanout.ack(lease_id => $1::bigint, message_ids => NULL::bigint[])`
+	sqlAckIDs  = `SELECT fanout.ack(lease_id => $1::bigint, message_ids => $2::bigint[])`
+	sqlNack    = `SELECT fanout.nack(lease_id => $1::bigint, message_ids => $2::bigint[], retry_in => $3::interval, error => $4::text)`
+	sqlExtend  = `SELECT fanout.extend_lease(lease_id => $1::bigint, extend_by => $2::interval)`
+	sqlHeart   = `SELECT fanout.heartbeat(topic => $1::text, group_name => $2::text, consumer => $3::text)::text`
 	sqlChannel = `SELECT channel, notify FROM fanout.topics WHERE topic = $1`
 )
 
@@ -604,35 +646,36 @@ func (c *Consumer) interval(d time.Duration) pgtype.Interval {
 type pendingAck struct {
 	leaseID int64
 	n       int
+	ids     []int64   // the page's messages
 	until   time.Time // the lease's local deadline: retries stop there
 }
 
-// read claims one page. With a pending ack, the ack and the read go to the
-// server in one round trip (a pipeline: one implicit transaction, one
-// commit); if that fails, the ack is retried alone and the read follows.
+// read claims one page. With a pending ack, the ack travels in the read
+// (fanout.read(..., ack => lease): one statement, one round trip, one
+// commit); if that fails, nothing was acked or read: the ack is retried
+// alone and a plain read follows.
 func (c *Consumer) read(ctx context.Context, pending *pendingAck) ([]Delivery, error) {
-	args := []any{c.cfg.Topic, nullText(c.cfg.Group), c.cfg.Consumer, c.cfg.MaxMessages, c.interval(c.cfg.Lease)}
+	var partition any
+	if c.cfg.Partition != nil {
+		partition = *c.cfg.Partition
+	}
+	args := []any{c.cfg.Topic, nullText(c.cfg.Group), c.cfg.Consumer, c.cfg.MaxMessages, c.interval(c.cfg.Lease),
+		c.cfg.MaxBytes, partition, nil}
 	if pending != nil {
-		b := &pgx.Batch{}
-		b.Queue(sqlAckAll, pending.leaseID)
-		b.Queue(sqlRead, args...)
-		br := c.pool.SendBatch(ctx, b)
-		_, err := br.Exec()
+		args[7] = pending.leaseID
+		rows, err := c.pool.Query(ctx, sqlRead, args...)
 		var out []Delivery
 		if err == nil {
-			var rows pgx.Rows
-			if rows, err = br.Query(); err == nil {
-				out, err = c.scan(rows)
-			}
+			out, err = c.scan(rows)
 		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
+		args[7] = nil
 		if err == nil {
 			c.acked.Add(int64(pending.n))
 			return out, nil
 		}
-		// Nothing of the pipeline committed: settle the page on its own.
+		// Nothing was acked or read, or the reply was lost (then the ack
+		// may have committed: acking again is harmless): ack the page on
+		// its own.
 		c.flush(ctx, pending)
 	}
 	rows, err := c.pool.Query(ctx, sqlRead, args...)
@@ -658,12 +701,21 @@ func (c *Consumer) flush(ctx context.Context, p *pendingAck) {
 	}
 	fctx, cancel := c.settleContext(ctx, p.until)
 	defer cancel()
-	if c.settle(fctx, p.until, sqlAckAll, p.leaseID) {
+	if c.settle(fctx, p.until, p.ids, sqlAckAll, p.leaseID) {
 		c.acked.Add(int64(p.n))
 	}
 }
 
 func (c *Consumer) scan(rows pgx.Rows) ([]Delivery, error) {
+	out, err := scanDeliveries(rows)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return out, nil
+}
+
+// scanDeliveries reads the rows of fanout.read.
+func scanDeliveries(rows pgx.Rows) ([]Delivery, error) {
 	var out []Delivery
 	var group pgtype.Text
 	var attempt int32
@@ -677,14 +729,11 @@ func (c *Consumer) scan(rows pgx.Rows) ([]Delivery, error) {
 		d.Attempt = int(attempt)
 		out = append(out, d)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, classify(err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // pageLease keeps the lease of one page while its handlers run: a timer
-// extends it (fanout.extend_lease) every time half of it has passed, and
+// extends it (fanout.extend_lease) by Lease whenever half a lease is left, and
 // when it cannot (the page was taken over, or the lease ran out before an
 // extension got through) the handlers' context is cancelled with a cause
 // that wraps ErrLeaseLost. That context is also cancelled, with
@@ -740,7 +789,8 @@ func (p *pageLease) finish() {
 	p.cancel(context.Canceled)
 }
 
-// keep extends the lease each time half of it has passed, until finish.
+// keep extends the lease by Lease whenever half a lease is left, until
+// finish.
 func (p *pageLease) keep(ctx context.Context) {
 	defer close(p.exited)
 	c := p.c
@@ -760,8 +810,11 @@ func (p *pageLease) keep(ctx context.Context) {
 		cancel()
 		if err == nil {
 			c.extensions.Add(1)
+			// As the server: the expiry moves by Lease from the later of the
+			// old expiry and now (so the local deadline stays no later than
+			// the server's, and acks are retried as long as the lease holds).
 			p.mu.Lock()
-			p.deadline = start.Add(c.cfg.Lease)
+			p.deadline = maxTime(until, start).Add(c.cfg.Lease)
 			p.mu.Unlock()
 			continue
 		}
@@ -815,6 +868,7 @@ func (p *pageLease) lose(cause error) {
 func (c *Consumer) page(ctx context.Context, pending *pendingAck, more func() bool) (int, *pendingAck, error) {
 	leasedAt := time.Now()
 	ds, err := c.read(ctx, pending)
+	readSpan := c.traceRead(ctx, leasedAt, len(ds), err)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -842,10 +896,12 @@ func (c *Consumer) page(ctx context.Context, pending *pendingAck, more func() bo
 		}
 		handled++
 		if c.txHandler != nil {
-			c.handleTx(pl, &ds[i])
+			c.handleTx(pl, readSpan, &ds[i])
 			continue
 		}
-		err := c.call(hctx, &ds[i])
+		pctx, end := c.startProcess(hctx, readSpan, &ds[i])
+		err := c.call(pctx, &ds[i])
+		end(err)
 		switch {
 		case err == nil:
 			ok = append(ok, ds[i].ID)
@@ -873,12 +929,13 @@ func (c *Consumer) page(ctx context.Context, pending *pendingAck, more func() bo
 			c.cfg.Logger.Warn("pgq client: the page was taken over while it was handled; its handled messages "+
 				"cannot be acked and their new holder handles them again",
 				"topic", c.cfg.Topic, "group", c.cfg.Group, "lease_id", leaseID, "handled", len(ok))
+			c.ackFailed(leaseID, ok, context.Cause(hctx)) // (after finish: the keeper's cause)
 		}
 		return len(ds), nil, nil
 	}
 	if len(failed) == 0 && len(ok) == len(ds) {
 		if ctx.Err() == nil && !c.cfg.DisablePipelinedAck && (len(ds) == c.cfg.MaxMessages || more()) {
-			return len(ds), &pendingAck{leaseID: leaseID, n: len(ds), until: until}, nil
+			return len(ds), &pendingAck{leaseID: leaseID, n: len(ds), ids: ok, until: until}, nil
 		}
 	}
 	sctx, cancel := c.settleContext(ctx, until)
@@ -886,11 +943,11 @@ func (c *Consumer) page(ctx context.Context, pending *pendingAck, more func() bo
 	switch {
 	case len(ok) == 0:
 	case len(ok) == len(ds):
-		if c.settle(sctx, until, sqlAckAll, leaseID) {
+		if c.settle(sctx, until, ok, sqlAckAll, leaseID) {
 			c.acked.Add(int64(len(ok)))
 		}
 	default:
-		if c.settle(sctx, until, sqlAckIDs, leaseID, ok) {
+		if c.settle(sctx, until, ok, sqlAckIDs, leaseID, ok) {
 			c.acked.Add(int64(len(ok)))
 		}
 	}
@@ -910,20 +967,22 @@ func (c *Consumer) call(ctx context.Context, d *Delivery) (err error) {
 	return c.handler(ctx, d)
 }
 
-func (c *Consumer) handleTx(pl *pageLease, d *Delivery) {
+func (c *Consumer) handleTx(pl *pageLease, readSpan trace.SpanContext, d *Delivery) {
 	ctx := pl.ctx
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
+	pctx, end := c.startProcess(ctx, readSpan, d)
+	err := pgx.BeginFunc(pctx, c.pool, func(tx pgx.Tx) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				err = fmt.Errorf("pgq client: handler panicked: %v", r)
 			}
 		}()
-		if err := c.txHandler(ctx, tx, d); err != nil {
+		if err := c.txHandler(pctx, tx, d); err != nil {
 			return &handlerError{err}
 		}
-		_, err = tx.Exec(ctx, sqlAckIDs, d.LeaseID, []int64{d.ID})
+		_, err = tx.Exec(pctx, sqlAckIDs, d.LeaseID, []int64{d.ID})
 		return err
 	})
+	end(err)
 	if err == nil {
 		c.acked.Add(1)
 		return
@@ -940,6 +999,12 @@ func (c *Consumer) handleTx(pl *pageLease, d *Delivery) {
 	// Everything rolled back; the message comes back after the lease or is
 	// already with its new holder.
 	c.errs.Add(1)
+	if !errors.As(err, &he) {
+		if ctx.Err() != nil { // the ack met the handlers' cancellation: say why
+			err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
+		}
+		c.ackFailed(d.LeaseID, []int64{d.ID}, err)
+	}
 	if IsFenced(err) {
 		c.cfg.Logger.Warn("pgq client: fenced: the lease expired and the message went to another consumer; "+
 			"the transaction rolled back", "lease_id", d.LeaseID, "message_id", d.ID, "error", err)
@@ -954,16 +1019,25 @@ type handlerError struct{ err error }
 func (e *handlerError) Error() string { return e.err.Error() }
 func (e *handlerError) Unwrap() error { return e.err }
 
-// settle acks (sql is sqlAckAll or sqlAckIDs), retrying connection errors
+// ackFailed reports handled messages that were not acked
+// (Config.OnAckFailed).
+func (c *Consumer) ackFailed(leaseID int64, ids []int64, err error) {
+	if c.cfg.OnAckFailed != nil && len(ids) > 0 {
+		c.cfg.OnAckFailed(leaseID, ids, err)
+	}
+}
+
+// settle acks ids (sql is sqlAckAll or sqlAckIDs), retrying connection errors
 // on a fresh connection while the lease is valid (until). A final failure
 // is counted (Stats.SettleFailures) and logged.
-func (c *Consumer) settle(ctx context.Context, until time.Time, sql string, args ...any) bool {
+func (c *Consumer) settle(ctx context.Context, until time.Time, ids []int64, sql string, args ...any) bool {
 	err := c.execRetry(ctx, until, "ack", sql, args...)
 	if err == nil {
 		return true
 	}
 	c.errs.Add(1)
 	c.settleFailures.Add(1)
+	c.ackFailed(args[0].(int64), ids, err)
 	switch {
 	case IsFenced(err):
 		c.cfg.Logger.Warn("pgq client: ack fenced: the lease expired and its messages went to another consumer",

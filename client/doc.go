@@ -35,8 +35,8 @@
 // exponential backoff, or the delay of a RetryAfter error) until the topic's
 // max_attempts moves it to the dead letters. When the next read follows at
 // once (the page was full, or a notification came in meanwhile), the ack of
-// a page that succeeded entirely is sent in one round trip together with
-// that read (a pipeline that runs as one transaction: one commit instead of
+// a page that succeeded entirely travels in that read
+// (fanout.read(..., ack => lease): one statement, one commit instead of
 // two); Config.DisablePipelinedAck turns that off.
 //
 //	c, err := client.NewConsumer(pool, client.Config{Topic: "orders.created", Group: "billing"},
@@ -57,8 +57,8 @@
 // listener connection is down, or the topic was created with notify => false,
 // in which case the consumer does not LISTEN at all).
 //
-// Lease: while a page is handled a timer extends its lease every half
-// lease, also during one long handler; when the lease is lost the handler's
+// Lease: while a page is handled a timer extends its lease by a lease
+// whenever half a lease is left, also during one long handler; when the lease is lost the handler's
 // context is cancelled (context.Cause wraps ErrLeaseLost) and the rest of
 // the page is not handed out.
 //
@@ -72,5 +72,20 @@
 //
 // Delivery is at least once: a consumer that dies mid-page leaves its lease
 // to expire, and the page's un-acked messages are delivered again (attempt
-// grows). Handlers must be idempotent or use a TxHandler.
+// grows). Handlers must be idempotent or use a TxHandler. docs/client.md
+// lists exactly when a handled message is handled again;
+// Config.OnAckFailed reports the handled messages whose ack did not commit.
+//
+// # The SQL API one call each
+//
+// Read, Ack, Nack, ExtendLease, Heartbeat, PartitionOf and SchemaVersion
+// run one SQL call on any DB, for code with its own loop (Read with
+// ReadOptions.Ack acks the previous page in the same statement).
+//
+// # Tracing
+//
+// OpenTelemetry tracing is off by default; Publisher.WithTracerProvider and
+// Config.TracerProvider turn it on: the publish span's W3C trace context
+// travels in the message's headers, and each handler call's span belongs
+// to the publisher's trace.
 package client

@@ -30,6 +30,10 @@ const (
 	CodeMessageNotRetained    = "PGQ18" // the message is not (or no longer) retained
 	CodePubSubOnly            = "PGQ19" // the operation exists only for pubsub topics
 	CodeDeadLetterNotFound    = "PGQ20" // not a dead letter of that group
+	CodeNoGrant               = "PGQ21" // the role has no topic grant for this privilege
+	CodeLimitReached          = "PGQ22" // a hard limit (groups, members, a lease's 7 days)
+	CodeOrderingConflict      = "PGQ23" // sequence, priority or delay that does not fit the topic's ordering
+	CodeMixedPartitionReads   = "PGQ24" // automatic and explicit partition reads mixed in one group
 	CodeUndefinedFunction     = "42883" // PostgreSQL: no such function (older schema)
 	CodeInsufficientPrivilege = "42501" // PostgreSQL: the role may not call it
 	CodeInvalidSchemaName     = "3F000" // PostgreSQL: no schema fanout (not migrated)

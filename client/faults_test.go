@@ -12,9 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -388,4 +390,108 @@ func TestFencedPageStopsAndCancelsHandler(t *testing.T) {
 	}
 	mu.Unlock()
 	require.Zero(t, c.Stats().SettleFailures, "no ack is tried on a page the server took away")
+}
+
+// A message whose handler succeeded on a page that is taken away before its
+// ack is reported to Config.OnAckFailed (it will be handled again by the new
+// holder), with the lease and a cause that wraps ErrLeaseLost; the message
+// interrupted by the loss is not reported (its handler did not succeed).
+func TestOnAckFailedReportsHandledMessagesOfALostPage(t *testing.T) {
+	t.Parallel()
+	b, ctx := setup(t)
+	createTopic(t, ctx, b.Pool, "ackfailed")
+	ids := publishN(t, ctx, b, "ackfailed", 3)
+
+	type report struct {
+		lease int64
+		ids   []int64
+		err   error
+	}
+	reports := make(chan report, 10)
+	var leaseOfFirst atomic.Int64
+	started := make(chan struct{})
+	h := func(hctx context.Context, d *client.Delivery) error {
+		if d.ID == ids[0] {
+			leaseOfFirst.Store(d.LeaseID)
+			return nil // handled: its ack will fail
+		}
+		if d.ID != ids[1] || d.LeaseID != leaseOfFirst.Load() {
+			return nil
+		}
+		close(started)
+		<-hctx.Done() // until the page is taken away
+		return hctx.Err()
+	}
+	c, err := client.NewConsumer(b.Pool, client.Config{Topic: "ackfailed", MaxMessages: 3, Lease: 2 * time.Second,
+		Logger: quiet, OnAckFailed: func(lease int64, ids []int64, err error) {
+			reports <- report{lease, ids, err}
+		}}, h)
+	require.NoError(t, err)
+	run(t, ctx, c)
+	<-started
+	_, err = b.Pool.Exec(ctx, `SELECT fanout.seek('ackfailed', NULL, 'earliest')`)
+	require.NoError(t, err)
+	select {
+	case r := <-reports:
+		require.Equal(t, leaseOfFirst.Load(), r.lease)
+		require.Equal(t, []int64{ids[0]}, r.ids, "exactly the handled message of the lost page")
+		require.ErrorIs(t, r.err, client.ErrLeaseLost)
+	case <-time.After(time.Minute):
+		t.Fatal("OnAckFailed was not called for the handled message of the lost page")
+	}
+}
+
+// After an extension the client keeps retrying a failing ack for as long as
+// the server keeps the lease: an extension moves the expiry by Lease from
+// the old expiry (as fanout.extend_lease does), not from the time the
+// extension was sent. Here the database is unreachable for new connections
+// from the handler's return until 1.6 leases after the read, while the
+// extended lease holds until 2 leases after it: the ack gets through.
+func TestAckRetriedUntilTheExtendedLeaseEnds(t *testing.T) {
+	t.Parallel()
+	b, ctx := setup(t)
+	createTopic(t, ctx, b.Pool, "extended")
+	publishN(t, ctx, b, "extended", 1)
+	app := "pgq-extended-" + b.DBName
+	const lease = 2 * time.Second
+	var openAt atomic.Int64 // unix nanos from which new connections work again (0: always)
+	cfg, err := pgxpool.ParseConfig(b.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	cfg.BeforeConnect = func(context.Context, *pgx.ConnConfig) error {
+		if at := openAt.Load(); at != 0 && time.Now().UnixNano() < at {
+			return errors.New("the database is unreachable (test)")
+		}
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	var c *client.Consumer
+	h := func(hctx context.Context, d *client.Delivery) error {
+		readAt := time.Now() // no earlier than the consumer's read was sent
+		for c.Stats().LeaseExtensions == 0 {
+			select {
+			case <-hctx.Done():
+				return hctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		openAt.Store(readAt.Add(lease * 16 / 10).UnixNano())
+		_, err := b.Pool.Exec(ctx, `SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
+			WHERE application_name = $1 AND datname = current_database()`, app)
+		return err // (a failure here would show as a nack, not an ack)
+	}
+	c, err = client.NewConsumer(pool, client.Config{Topic: "extended", MaxMessages: 10, Lease: lease,
+		DisableListen: true, PollInterval: 50 * time.Millisecond, ErrorBackoff: 50 * time.Millisecond,
+		MaxErrorBackoff: 100 * time.Millisecond, Logger: quiet}, h)
+	require.NoError(t, err)
+	run(t, ctx, c)
+	eventually(t, func() bool { st := c.Stats(); return st.Acked+st.SettleFailures > 0 }, time.Minute, "settled")
+	st := c.Stats()
+	require.Zero(t, st.SettleFailures, "the ack was given up while the extended lease held")
+	require.Equal(t, int64(1), st.Acked)
+	require.Positive(t, st.Retries)
 }

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DB is what the client runs statements on. *pgxpool.Pool, *pgxpool.Conn,
@@ -25,21 +28,79 @@ type Message struct {
 	Payload json.RawMessage
 	// Headers is a JSON object of metadata; nil means '{}'.
 	Headers json.RawMessage
-	// MessageGroup is the optional ordering key; "" means none (NULL).
+	// MessageGroup is the optional ordering key (key partitions, sequence
+	// ordering's aggregate); "" means none (NULL).
 	MessageGroup string
+	// DedupeKey makes the publish idempotent within the topic's
+	// dedupe_window: a repeated key returns the first message's id and
+	// publishes nothing. "" means none.
+	DedupeKey string
+	// Sequence is the message's number within its aggregate (MessageGroup)
+	// on a topic created with sequence_ordering (required there, from 1);
+	// 0 means none.
+	Sequence int64
 }
 
-// The statements; pgx prepares each once per connection (statement cache).
+// PublishOption sets a per-call option of Publish and PublishBatch (the
+// parameters of fanout.publish that apply to a whole call).
+type PublishOption func(*publishOptions)
+
+type publishOptions struct {
+	notify    *bool
+	deliverAt time.Time
+	delay     time.Duration
+	priority  *int
+}
+
+// WithNotify overrides the topic's NOTIFY setting for this call; pass false
+// inside a transaction that will be prepared (two-phase commit).
+func WithNotify(notify bool) PublishOption { return func(o *publishOptions) { o.notify = &notify } }
+
+// WithDeliverAt holds the messages back from every group until t.
+func WithDeliverAt(t time.Time) PublishOption { return func(o *publishOptions) { o.deliverAt = t } }
+
+// WithDelay holds the messages back from every group for d from now (at
+// most 366 days; not together with WithDeliverAt).
+func WithDelay(d time.Duration) PublishOption { return func(o *publishOptions) { o.delay = d } }
+
+// WithPriority hands the messages out before those of lower priorities
+// (0..9, default 0).
+func WithPriority(p int) PublishOption { return func(o *publishOptions) { o.priority = &p } }
+
+func (o *publishOptions) args() (notify, deliverAt, delay, priority any) {
+	if o.notify != nil {
+		notify = *o.notify
+	}
+	if !o.deliverAt.IsZero() {
+		deliverAt = o.deliverAt
+	}
+	if o.delay != 0 {
+		delay = pgtype.Interval{Microseconds: o.delay.Microseconds(), Valid: true}
+	}
+	if o.priority != nil {
+		priority = *o.priority
+	}
+	return
+}
+
+// The statements (named notation: the API test checks that every
+// parameter of the SQL functions appears in one); pgx prepares each once
+// per connection (statement cache).
 const (
-	sqlPublish      = `SELECT fanout.publish($1::text, $2::jsonb, $3::jsonb, $4::text)`
-	sqlPublishBatch = `SELECT id FROM fanout.publish_batch($1::text, $2::jsonb[], $3::jsonb[], $4::text[]) AS id`
+	sqlPublish = `SELECT fanout.publish(topic => $1::text, payload => $2::jsonb, headers => $3::jsonb,
+		message_group => $4::text, notify => $5::boolean, dedupe_key => $6::text, deliver_at => $7::timestamptz,
+		delay => $8::interval, priority => $9::int, sequence => $10::bigint)`
+	sqlPublishBatch = `SELECT id FROM fanout.publish_batch(topic => $1::text, payloads => $2::jsonb[],
+		headers => $3::jsonb[], message_groups => $4::text[], notify => $5::boolean, dedupe_keys => $6::text[],
+		deliver_at => $7::timestamptz, delay => $8::interval, priority => $9::int, sequences => $10::bigint[]) AS id`
 )
 
 // Publisher publishes messages with fanout.publish / fanout.publish_batch.
 // It holds no state but the DB it runs on and is safe for concurrent use
 // when that DB is (a pool is; a single connection or transaction is not).
 type Publisher struct {
-	db DB
+	db     DB
+	tracer trace.Tracer // nil: tracing off (WithTracerProvider)
 }
 
 // NewPublisher returns a Publisher that runs on db: a pool (every call is its
@@ -52,17 +113,25 @@ func NewPublisher(db DB) *Publisher {
 // WithTx returns a Publisher that publishes inside tx (the transactional
 // outbox): the messages are delivered only if tx commits.
 func (p *Publisher) WithTx(tx pgx.Tx) *Publisher {
-	return &Publisher{db: tx}
+	return &Publisher{db: tx, tracer: p.tracer}
 }
 
 // Publish appends one message to topic and returns its id. Errors from the
 // server keep their SQLSTATE (see docs/errors.md; *pgconn.PgError).
-func (p *Publisher) Publish(ctx context.Context, topic string, m Message) (int64, error) {
+func (p *Publisher) Publish(ctx context.Context, topic string, m Message, opts ...PublishOption) (int64, error) {
 	if len(m.Payload) == 0 {
 		return 0, errors.New("pgq client: publish: empty payload")
 	}
+	var o publishOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	notify, deliverAt, delay, priority := o.args()
+	ctx, end, headers := p.startPublish(ctx, topic, []Message{m})
 	var id int64
-	err := p.db.QueryRow(ctx, sqlPublish, topic, m.Payload, nullJSON(m.Headers), nullText(m.MessageGroup)).Scan(&id)
+	err := p.db.QueryRow(ctx, sqlPublish, topic, m.Payload, nullJSON(headers[0]), nullText(m.MessageGroup), notify,
+		nullText(m.DedupeKey), deliverAt, delay, priority, nullInt(m.Sequence)).Scan(&id)
+	end(err)
 	if err != nil {
 		return 0, fmt.Errorf("pgq client: publish to %q: %w", topic, err)
 	}
@@ -72,23 +141,36 @@ func (p *Publisher) Publish(ctx context.Context, topic string, m Message) (int64
 // PublishBatch appends msgs to topic in one statement (one round trip, one
 // NOTIFY) and returns their ids in input order. Nothing is published when
 // any message is rejected.
-func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs []Message) ([]int64, error) {
+func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs []Message, opts ...PublishOption) ([]int64, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
+	var o publishOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	ctx, end, traced := p.startPublish(ctx, topic, msgs)
+	ids, err := p.publishBatch(ctx, topic, msgs, traced, o)
+	end(err)
+	return ids, err
+}
+
+func (p *Publisher) publishBatch(ctx context.Context, topic string, msgs []Message, traced []json.RawMessage,
+	o publishOptions) ([]int64, error) {
 	payloads := make([]string, len(msgs))
 	var headers []*string
-	var groups []*string
+	var groups, keys []*string
+	var seqs []*int64
 	for i, m := range msgs {
 		if len(m.Payload) == 0 {
 			return nil, fmt.Errorf("pgq client: publish_batch: empty payload at element %d", i+1)
 		}
 		payloads[i] = string(m.Payload)
-		if len(m.Headers) > 0 {
+		if len(traced[i]) > 0 {
 			if headers == nil {
 				headers = make([]*string, len(msgs))
 			}
-			h := string(m.Headers)
+			h := string(traced[i])
 			headers[i] = &h
 		}
 		if m.MessageGroup != "" {
@@ -98,15 +180,37 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs []Messa
 			g := m.MessageGroup
 			groups[i] = &g
 		}
+		if m.DedupeKey != "" {
+			if keys == nil {
+				keys = make([]*string, len(msgs))
+			}
+			k := m.DedupeKey
+			keys[i] = &k
+		}
+		if m.Sequence != 0 {
+			if seqs == nil {
+				seqs = make([]*int64, len(msgs))
+			}
+			n := m.Sequence
+			seqs[i] = &n
+		}
 	}
-	var hArg, gArg any // untyped nil = SQL NULL (no per-element arrays)
+	var hArg, gArg, kArg, sArg any // untyped nil = SQL NULL (no per-element arrays)
 	if headers != nil {
 		hArg = headers
 	}
 	if groups != nil {
 		gArg = groups
 	}
-	rows, err := p.db.Query(ctx, sqlPublishBatch, topic, payloads, hArg, gArg)
+	if keys != nil {
+		kArg = keys
+	}
+	if seqs != nil {
+		sArg = seqs
+	}
+	notify, deliverAt, delay, priority := o.args()
+	rows, err := p.db.Query(ctx, sqlPublishBatch, topic, payloads, hArg, gArg, notify, kArg, deliverAt, delay,
+		priority, sArg)
 	if err != nil {
 		return nil, fmt.Errorf("pgq client: publish_batch to %q: %w", topic, err)
 	}
@@ -122,6 +226,13 @@ func nullJSON(b json.RawMessage) any {
 		return nil
 	}
 	return b
+}
+
+func nullInt(n int64) any {
+	if n == 0 {
+		return nil
+	}
+	return n
 }
 
 func nullText(s string) any {

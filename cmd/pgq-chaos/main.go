@@ -41,6 +41,8 @@ func main() {
 	flag.Float64Var(&cfg.Rate, "rate", 0, "producer transactions per second (default 60)")
 	flag.IntVar(&cfg.Restarts, "restarts", 0, "immediate server stops during the soak (default 2)")
 	flag.IntVar(&cfg.Kills, "kills", 0, "consumer processes SIGKILLed during the soak (default 6)")
+	flag.IntVar(&cfg.Stops, "stops", 0, "client workers shut down mid-page during the soak (default 4)")
+	flag.IntVar(&cfg.Overruns, "overruns", 0, "handlers per client worker process that run for 1.5 leases (default 3)")
 	flag.BoolVar(&cfg.NoRelay, "no-relay", false, "no relay consumer (read and publish in one transaction) on the queue")
 	flag.BoolVar(&cfg.NoEvents, "no-events", false, "no scripted events (subscribe earliest, pause/resume, seek, replay, alter_topic) in the soak")
 	flag.StringVar(&cfg.SchedulerBin, "scheduler", "", "pgq-scheduler binary (default bin/pgq-scheduler)")

@@ -39,7 +39,10 @@ func ciPort(t *testing.T) int {
 }
 
 // TestChaosShort is the CI version of make chaos: a 60-second soak with at
-// least one immediate server restart and consumers SIGKILLed mid-page, then
+// least one immediate server restart, consumers SIGKILLed mid-page, client
+// workers shut down mid-page and client handlers longer than the lease
+// (each redelivery of a handled message must be explained by the recorded
+// fault timeline), then
 // the long-transaction and dead-group scenarios scaled down. The soak has
 // every topic kind and scripted event of make chaos. Any lost message, bad
 // duplicate, delivered rollback, out-of-order or early delivery fails it.
@@ -59,7 +62,7 @@ func TestChaosShort(t *testing.T) {
 	cfg := Config{
 		Root: root, Port: ciPort(t), Cluster: "chaos-ci", SchedulerBin: sched,
 		Duration: 60 * time.Second, DrainTimeout: 60 * time.Second, Rate: 30, Producers: 2,
-		Restarts: 1, Terminates: 3, Kills: 2, LeaderKills: 1, LateAcks: 1,
+		Restarts: 1, Terminates: 3, Kills: 2, LeaderKills: 1, LateAcks: 1, Stops: 2, Overruns: 2,
 		LongTx: 8 * time.Second, DeadGroupRounds: 8,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)),
 	}

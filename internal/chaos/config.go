@@ -59,6 +59,13 @@ type Config struct {
 	// LateAcks is how many pages each hand-written SQL consumer acks only
 	// after its lease expired. Default 2.
 	LateAcks int
+	// Overruns is how many handlers of each client-package worker process
+	// run for 1.5 leases (the client extends the lease meanwhile). Default 3.
+	Overruns int
+	// Stops is the number of client-package workers shut down in the middle
+	// of a page (a handler running past the consumer's StopTimeout), then
+	// restarted. Default 4.
+	Stops int
 
 	// NoRelay replaces the queue's relay consumer (kindRelay: it publishes to
 	// the queue inside the transaction of its read, alternately
@@ -114,6 +121,8 @@ const (
 	DefaultKills           = 6
 	DefaultLeaderKills     = 2
 	DefaultLateAcks        = 2
+	DefaultOverruns        = 3
+	DefaultStops           = 4
 	DefaultLongTx          = 2 * time.Minute
 	DefaultDeadGroupRounds = 12
 	DefaultFailoverPhase   = 15 * time.Second
@@ -144,6 +153,8 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.Kills, DefaultKills)
 	def(&c.LeaderKills, DefaultLeaderKills)
 	def(&c.LateAcks, DefaultLateAcks)
+	def(&c.Overruns, DefaultOverruns)
+	def(&c.Stops, DefaultStops)
 	def(&c.DeadGroupRounds, DefaultDeadGroupRounds)
 	if c.Cluster == "" {
 		c.Cluster = DefaultCluster
@@ -162,7 +173,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Rate = DefaultRate
 	}
 	if c.Rate < 0 || c.RollbackPercent < 0 || c.RollbackPercent > 100 || c.Restarts < 0 || c.Kills < 0 ||
-		c.Terminates < 0 || c.LeaderKills < 0 || c.LateAcks < 0 {
+		c.Terminates < 0 || c.LeaderKills < 0 || c.LateAcks < 0 || c.Overruns < 0 || c.Stops < 0 {
 		return c, errors.New("chaos: negative rate or fault count, or RollbackPercent outside 0..100")
 	}
 	if len(c.Scenarios) == 0 {

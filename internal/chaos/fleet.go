@@ -107,6 +107,11 @@ type fleet struct {
 	// rejoin: members of the automatic key-partition group; every second
 	// worker kill is one of them (its partitions move, then move back).
 	rejoin []*proc
+	// clients: the client-package workers (shut down mid-page: stop).
+	clients []*proc
+	// timeline is the harness's record file of the fault timeline (S and X
+	// lines, records.go).
+	timeline *recorder
 }
 
 func (f *fleet) setup(ctx context.Context) error {
@@ -147,12 +152,15 @@ func (f *fleet) startWorkers() error {
 func (f *fleet) startGroup(t topicSpec, g groupSpec) error {
 	for i, kind := range g.workers {
 		name := fmt.Sprintf("%s-%s-%d", strings.TrimPrefix(t.name, "chaos."), g.label(), i+1)
-		late := 0
+		late, overruns := 0, 0
 		if kind == kindSQL || kind == kindTimed || kind == kindExplicit {
 			late = f.cfg.LateAcks
 		}
+		if kind == kindClient || kind == kindClientTx {
+			overruns = f.cfg.Overruns
+		}
 		spec, _ := json.Marshal(workerSpec{Name: name, Kind: kind, URL: f.url, Topic: t.name, Group: g.name,
-			Page: f.cfg.PageSize, Lease: f.cfg.Lease, LateAcks: late, RunDir: f.cfg.RunDir})
+			Page: f.cfg.PageSize, Lease: f.cfg.Lease, LateAcks: late, Overruns: overruns, RunDir: f.cfg.RunDir})
 		p := &proc{name: name, exe: f.cfg.Exe, env: []string{WorkerEnv + "=" + string(spec)}}
 		if err := f.sup.add(p); err != nil {
 			return err
@@ -160,6 +168,9 @@ func (f *fleet) startGroup(t topicSpec, g groupSpec) error {
 		f.workers = append(f.workers, p)
 		if t.kind == "kpart" && kind != kindExplicit {
 			f.rejoin = append(f.rejoin, p)
+		}
+		if kind == kindClient || kind == kindClientTx {
+			f.clients = append(f.clients, p)
 		}
 	}
 	return nil
@@ -222,6 +233,7 @@ func (f *fleet) stopProducers() {
 // faultCounts are the faults actually injected.
 type faultCounts struct {
 	Restarts, Terminated, KilledMidPage, KilledOther, LeaderKills int
+	Stopped                                                       int // client workers shut down (mid-page or idle)
 }
 
 // terminate runs pg_terminate_backend on up to n random consumer backends.
@@ -257,9 +269,34 @@ func (f *fleet) killWorkerIn(ps []*proc, fc *faultCounts) {
 		fc.KilledMidPage++
 		f.cfg.Logger.Info("worker SIGKILLed itself mid-page", "worker", p.name)
 	case <-time.After(3 * time.Second):
-		p.kill(syscall.SIGKILL)
+		if pid, _ := p.kill(syscall.SIGKILL); pid != 0 && f.timeline != nil {
+			// It may hold handled, un-acked messages all the same (between
+			// its handlers and its ack).
+			_ = f.timeline.write(line("X", fmt.Sprintf("%s-%d", p.name, pid), time.Now().UnixNano()))
+		}
 		fc.KilledOther++
 		f.cfg.Logger.Info("worker SIGKILLed (no page in hand)", "worker", p.name)
+	}
+}
+
+// stopClient shuts a random client-package worker down from inside its
+// next handler (SIGUSR2: a shutdown mid-page) and waits for it to exit; the
+// supervisor starts it again.
+func (f *fleet) stopClient(fc *faultCounts) {
+	if len(f.clients) == 0 {
+		return
+	}
+	p := f.clients[rand.IntN(len(f.clients))]
+	if p.pid() == 0 {
+		return
+	}
+	_, exited := p.kill(syscall.SIGUSR2)
+	select {
+	case <-exited:
+		fc.Stopped++
+		f.cfg.Logger.Info("client worker shut down mid-page", "worker", p.name)
+	case <-time.After(30 * time.Second):
+		f.cfg.Logger.Warn("client worker did not stop within 30 s", "worker", p.name)
 	}
 }
 

@@ -269,3 +269,88 @@ func TestReadRecordsKinds(t *testing.T) {
 	require.Equal(t, int64(1250), rs.ackSent[42])
 	require.Equal(t, 1, rs.torn)
 }
+
+// With a fault timeline (the soak's S line) a redelivery of a message that a
+// worker handled is allowed only when the timeline explains why that
+// handling was not acked: killed mid-page (K with its lease), SIGKILLed by
+// the harness after it recorded the delivery (X), its ack failed (A), its
+// lease lost during a long handler or stopped mid-page or its ack given up
+// by the client (F); a page nobody handled may come again. Any other
+// redelivery is a bad duplicate (Unexplained), also one whose X line
+// predates the delivery, and an ack the client gave up while the lease
+// held or through a cancelled context (a client bug, not a fault). The same records without the S line judge as
+// before (every expired, unsettled lease may be redelivered).
+func TestJudgeFaultTimeline(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name string, lines ...string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	}
+	const ns = int64(1_000_000_000)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	dl := func(id, lease int64, attempt int, consumer string, at int64) string {
+		return fmt.Sprintf("D\tg\tt\t%d\ta.%d\t%d\t%d\t%s\t%d", id, id-1, attempt, lease, consumer, t0.UnixNano()+at)
+	}
+	write("p.rec", "B\ta\tt\t12", "C\ta\t1")
+	late := t0.UnixNano() + 3*ns // when the first leases expire
+	harness := []string{"S\t1",
+		fmt.Sprintf("X\tw2-7\t%d", t0.UnixNano()+2*ns), // after w2-7 recorded message 2
+		fmt.Sprintf("X\tw3-8\t%d", t0.UnixNano()),      // before w3-8 recorded message 8: explains nothing
+	}
+	write("h.rec", harness...)
+	write("w.rec",
+		dl(1, 10, 1, "w1-1", ns), "K\tw1\t10", // killed mid-page
+		dl(2, 11, 1, "w2-7", ns),                 // SIGKILLed from outside afterwards
+		dl(3, 12, 1, "w1-2", ns), "A\t12\t57P01", // the ack failed
+		dl(4, 13, 1, "w4-1", ns), fmt.Sprintf("F\t13\t4\tlost\t%d\tlease lost", late), // long handler, lease lost
+		dl(5, 13, 1, "w4-1", ns), fmt.Sprintf("F\t13\t5\tackfailed\t%d\tfenced", late), // handled, ack given up
+		dl(6, 14, 1, "w4-1", ns), fmt.Sprintf("F\t14\t6\tstopped\t%d\tstop timeout", 2*ns), // stopped mid-page
+		// bad: an ack given up 2 s before the lease ended; an ack sent with a cancelled context
+		dl(10, 18, 1, "w4-1", ns), fmt.Sprintf("F\t18\t10\tackfailed\t%d\tack: 57P01", late-2*ns),
+		dl(11, 19, 1, "w4-1", ns), fmt.Sprintf("F\t19\t11\tackfailed\t%d\tack: context canceled", late),
+		// a TxHandler's transaction failed at its commit: rolled back, at any time
+		dl(12, 20, 1, "w5-1", ns), fmt.Sprintf("F\t20\t12\ttxfailed\t%d\tcommit: 57P01", late-2*ns),
+		// message 7: lease 15 never recorded by a handler (the read's answer was lost)
+		dl(8, 16, 1, "w3-8", ns),                   // handled, nothing explains it: bad
+		dl(9, 17, 1, "w4-1", ns), "A\t17\tok late", // acked late: not settled, no fault
+		fmt.Sprintf("O\t13\t4\t%d", ns), fmt.Sprintf("P\tw4-1\t%d", ns))
+	var leases = map[int64]*leaseRow{}
+	for i := int64(1); i <= 12; i++ {
+		first, again := 9+i, 100+i
+		leases[first] = &leaseRow{id: first, group: "t/g", created: t0, expires: t0.Add(3 * time.Second),
+			msgs: []int64{i}, attempts: []int32{1}}
+		leases[again] = &leaseRow{id: again, group: "t/g", created: t0.Add(4 * time.Second),
+			expires: t0.Add(7 * time.Second), msgs: []int64{i}, attempts: []int32{2}, settled: []int64{i}}
+	}
+	// Messages 4 and 5 share lease 13, 6 has 14, ...: renumber as the lines say.
+	leases[13].msgs, leases[13].attempts = []int64{4, 5}, []int32{1, 1}
+	for i, l := range map[int64]int64{6: 14, 7: 15, 8: 16, 9: 17, 10: 18, 11: 19, 12: 20} {
+		leases[l] = &leaseRow{id: l, group: "t/g", created: t0, expires: t0.Add(3 * time.Second), msgs: []int64{i},
+			attempts: []int32{1}}
+	}
+	delete(leases, 21)
+	topics := []topicSpec{{name: "t", groups: []groupSpec{{name: "g"}}}}
+
+	rs, err := readRecords(dir)
+	require.NoError(t, err)
+	require.Zero(t, rs.torn)
+	v := judge(rs, map[string]bool{"a": true}, leases, topics)
+	g := v.Groups[0]
+	require.Equal(t, 12, g.Redelivered)
+	require.Equal(t, 8, g.Allowed, "explained: %v", v.Explained)
+	require.Equal(t, 4, g.Unexplained, "message 8 (X before its delivery), 9 (acked late: ok, yet redelivered), "+
+		"10 (ack given up early), 11 (cancelled context)")
+	require.Equal(t, map[string]int{"killed mid-page": 1, "killed": 1, "ack failed": 1, "lost": 1, "ackfailed": 1,
+		"stopped": 1, "never handled": 1, "txfailed": 1}, v.Explained)
+	require.Equal(t, [2]int{1, 1}, [2]int{v.Overruns, v.Stops})
+	_, bad, _ := v.totals()
+	require.Equal(t, 4+1, bad, "the unexplained redeliveries, and lease 17's ok ack that settled nothing")
+
+	// Without the timeline: the server-side rules only.
+	write("h.rec", harness[1:]...)
+	rs, err = readRecords(dir)
+	require.NoError(t, err)
+	v = judge(rs, map[string]bool{"a": true}, leases, topics)
+	require.Equal(t, 12, v.Groups[0].Allowed)
+	require.Zero(t, v.Groups[0].Unexplained)
+}

@@ -38,7 +38,21 @@ import (
 //	                                                          (worker_kinds.go)
 //	A lease_id ok|<sqlstate or error>[ late]                  fanout.ack(lease_id) returned (SQL workers;
 //	                                                          late: sent after the lease expired)
-//	K worker                                                  about to SIGKILL itself mid-page
+//	K worker [lease_id]                                       about to SIGKILL itself mid-page (holding lease_id)
+//
+// The fault timeline (the soak; with an S line the verifier allows a
+// redelivery of a message that a worker handled only when one of these
+// lines, an A line with an error, or a K line explains why the handling
+// was not acked):
+//
+//	S nanos                                     the soak's timeline starts (harness)
+//	X consumer nanos                            the harness SIGKILLed that consumer's process
+//	O lease_id message_id nanos                 a client worker's handler starts overrunning the lease
+//	P consumer nanos                            a client worker starts a shutdown mid-page
+//	F lease_id message_id reason nanos [error]  a client worker handled the message but it was not
+//	                                            acked: lost (the handler's context: ErrLeaseLost),
+//	                                            stopped (ErrStopTimeout), ackfailed (OnAckFailed),
+//	                                            txfailed (OnAckFailed of a TxHandler's transaction)
 type recorder struct {
 	mu sync.Mutex
 	f  *os.File
@@ -114,11 +128,38 @@ type records struct {
 	selfKills  int // workers that SIGKILLed themselves mid-page
 	lateAcks   int // acks sent after the lease expired ...
 	lateAcksOK int // ... of which succeeded (nobody had taken the page)
+
+	// timeline: an S line was read; redeliveries of handled messages must
+	// be explained by the fault lines below.
+	timeline bool
+	// notAcked: lease → message → why a worker's handling of it was not
+	// acked (F lines; 0 for a whole lease: a K line).
+	notAcked map[int64]map[int64]notAcked
+	killedAt map[string]int64 // consumer → unix nanos when the harness SIGKILLed it (X lines)
+	overruns int              // O lines
+	stops    int              // P lines
+}
+
+// addNotAcked records why message msg (0: every message) of lease was not
+// acked.
+func (rs *records) addNotAcked(lease, msg int64, n notAcked) {
+	if rs.notAcked[lease] == nil {
+		rs.notAcked[lease] = map[int64]notAcked{}
+	}
+	rs.notAcked[lease][msg] = n
+}
+
+// notAcked is one F (or K) line: why a handled message was not acked, when
+// the worker found out (unix nanos; 0: not judged) and the error it met.
+type notAcked struct {
+	reason string
+	at     int64
+	cause  string
 }
 
 func readRecords(dir string) (*records, error) {
 	rs := &records{txns: map[string]*txnRec{}, acks: map[int64]string{}, ackSent: map[int64]int64{},
-		meta: map[string]msgMeta{}}
+		meta: map[string]msgMeta{}, notAcked: map[int64]map[int64]notAcked{}, killedAt: map[string]int64{}}
 	files, err := filepath.Glob(filepath.Join(dir, "*.rec"))
 	if err != nil {
 		return nil, err
@@ -216,6 +257,37 @@ func (rs *records) readFile(name string) error {
 			}
 		case fs[0] == "K":
 			rs.selfKills++
+			if len(fs) == 3 {
+				if lease, err := strconv.ParseInt(fs[2], 10, 64); err == nil {
+					rs.addNotAcked(lease, 0, notAcked{reason: "killed mid-page"})
+				}
+			}
+		case fs[0] == "S" && len(fs) == 2:
+			rs.timeline = true
+		case fs[0] == "X" && len(fs) == 3:
+			at, err := strconv.ParseInt(fs[2], 10, 64)
+			if err != nil {
+				bad()
+				continue
+			}
+			rs.killedAt[fs[1]] = max(rs.killedAt[fs[1]], at)
+		case fs[0] == "O" && len(fs) == 4:
+			rs.overruns++
+		case fs[0] == "P" && len(fs) == 3:
+			rs.stops++
+		case fs[0] == "F" && len(fs) >= 5:
+			lease, e1 := strconv.ParseInt(fs[1], 10, 64)
+			msg, e2 := strconv.ParseInt(fs[2], 10, 64)
+			at, e3 := strconv.ParseInt(fs[4], 10, 64)
+			if e1 != nil || e2 != nil || e3 != nil {
+				bad()
+				continue
+			}
+			n := notAcked{reason: fs[3], at: at}
+			if len(fs) > 5 {
+				n.cause = fs[5]
+			}
+			rs.addNotAcked(lease, msg, n)
 		default:
 			bad()
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -13,7 +14,7 @@ import (
 // fault is one scheduled fault of the soak.
 type fault struct {
 	at   time.Duration
-	kind string // restart, terminate, kill, leader, event:<kind> (events.go)
+	kind string // restart, terminate, kill, stop, leader, event:<kind> (events.go)
 }
 
 // schedule spreads the configured faults over the soak: restarts evenly,
@@ -31,6 +32,7 @@ func schedule(cfg Config) []fault {
 	spread("terminate", cfg.Terminates, 0.25)
 	spread("kill", cfg.Kills, 0.1)
 	spread("leader", cfg.LeaderKills, 0.7)
+	spread("stop", cfg.Stops, 0.4)
 	if !cfg.NoEvents {
 		for _, e := range soakEvents {
 			fs = append(fs, fault{at: time.Duration(e.at * float64(cfg.Duration)), kind: "event:" + e.kind})
@@ -56,6 +58,15 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 	sup := &supervisor{runDir: cfg.RunDir, log: log, restartDelay: 2 * time.Second}
 	f := &fleet{cfg: cfg, url: dbURL, adminDB: dbURL, dbName: dbName, topics: soakTopics(cfg), sup: sup}
 	defer sup.stopAll(context.Background(), 10*time.Second)
+	// The fault timeline: with its S line the verifier allows a
+	// redelivery of a handled message only when a recorded fault explains it.
+	if f.timeline, err = newRecorder(filepath.Join(cfg.RunDir, "harness.rec")); err != nil {
+		return nil, err
+	}
+	defer f.timeline.Close()
+	if err := f.timeline.write(line("S", time.Now().UnixNano())); err != nil {
+		return nil, fmt.Errorf("soak: timeline: %w", err)
+	}
 	if err := f.setup(ctx); err != nil {
 		return nil, err
 	}
@@ -106,6 +117,8 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 			}
 		case "leader":
 			err = f.killLeader(ctx, &fc)
+		case "stop":
+			f.stopClient(&fc)
 		default:
 			if e, ok := strings.CutPrefix(ft.kind, "event:"); ok {
 				f.event(ctx, e, &el)
@@ -147,9 +160,10 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 	fmt.Fprintf(out, "\n== soak: %s, %d producer transactions/s, %d workers, 2 schedulers; drained in %s\n", cfg.Duration,
 		int(cfg.Rate), len(f.workers), took.Round(100*time.Millisecond))
 	fmt.Fprintf(out, "faults: %d immediate restarts, %d backends terminated, %d consumers SIGKILLed mid-page "+
-		"(+%d while idle), %d scheduler leaders SIGKILLed, late acks up to %d per SQL consumer; "+
+		"(+%d while idle), %d scheduler leaders SIGKILLed, late acks up to %d per SQL consumer, %d client workers "+
+		"shut down (mid-page when a handler ran), handlers over the lease up to %d per client worker; "+
 		"unplanned child exits %d\n", fc.Restarts, fc.Terminated, fc.KilledMidPage, fc.KilledOther, fc.LeaderKills,
-		cfg.LateAcks, sup.failures())
+		cfg.LateAcks, fc.Stopped, cfg.Overruns, sup.failures())
 	if len(el.done)+len(el.failed) > 0 {
 		fmt.Fprintln(out, el.String())
 	}
@@ -162,6 +176,12 @@ func runSoak(ctx context.Context, cfg Config, out io.Writer) (*verdict, error) {
 	}
 	if f.kprod != nil && !f.kprod.filled() {
 		return v, errors.New("soak: the sequence producer could not fill its gaps at the end")
+	}
+	if v.Overruns == 0 && cfg.Overruns > 0 {
+		return v, errors.New("soak: no client handler ran longer than the lease")
+	}
+	if v.Stops == 0 && cfg.Stops > 0 {
+		return v, errors.New("soak: no client worker was shut down mid-page")
 	}
 	if fc.Restarts < cfg.Restarts || fc.KilledMidPage+fc.KilledOther < min(cfg.Kills, 1) {
 		return v, fmt.Errorf("soak: faults not injected as planned: %+v", fc)

@@ -16,13 +16,19 @@ import (
 
 // groupResult is one row of the verifier's table.
 type groupResult struct {
-	Topic, Group  string
-	Committed     int // keys whose transaction committed
-	Delivered     int // distinct committed keys recorded by the group's consumers
-	Missing       int // committed keys never delivered (lost)
-	RolledBack    int // rolled-back keys delivered
-	Redelivered   int // server-side redeliveries (a later lease of a message)
-	Allowed       int // ... after a crash or lease expiry
+	Topic, Group string
+	Committed    int // keys whose transaction committed
+	Delivered    int // distinct committed keys recorded by the group's consumers
+	Missing      int // committed keys never delivered (lost)
+	RolledBack   int // rolled-back keys delivered
+	Redelivered  int // server-side redeliveries (a later lease of a message)
+	Allowed      int // ... after a crash or lease expiry (with a fault timeline: explained by it)
+	// Unexplained: bug: with a fault timeline (the soak), a redelivery of a
+	// message that a worker handled under the previous lease although no
+	// fault explains why that handling was not acked (killed mid-page or
+	// from outside, its ack failed, its lease lost during a long handler,
+	// stopped mid-page): a message handled twice for no reason.
+	Unexplained   int
 	AfterAck      int // bug: redelivered although a previous lease settled (acked) it
 	LiveLeases    int // bug: a lease taken while the previous lease of the message was live
 	BadAttempt    int // bug: attempt not previous + 1 (or the first not 1)
@@ -45,7 +51,7 @@ type groupResult struct {
 }
 
 func (g groupResult) bad(async bool) int {
-	n := g.AfterAck + g.LiveLeases + g.BadAttempt + g.AckNotSettled + g.DupIdent
+	n := g.AfterAck + g.LiveLeases + g.BadAttempt + g.AckNotSettled + g.DupIdent + g.Unexplained
 	if !async {
 		n += g.Phantom
 	}
@@ -63,11 +69,17 @@ type verdict struct {
 	// AsyncFailover: lost commits and deliveries whose lease the new primary
 	// never received are the measured loss window of asynchronous
 	// replication, reported but not counted as lost or bad.
-	AsyncFailover        bool
-	Consistency          []string // fanout.check_consistency() rows
-	GroupsView           string   // fanout.groups at the end
-	TornLines            int
-	SelfKills            int
+	AsyncFailover bool
+	Consistency   []string // fanout.check_consistency() rows
+	GroupsView    string   // fanout.groups at the end
+	TornLines     int
+	SelfKills     int
+	// Explained counts the allowed redeliveries by what explains them
+	// (only with a fault timeline); Overruns and Stops count the client
+	// workers' handlers that overran their lease and shutdowns mid-page.
+	Explained            map[string]int
+	Overruns, Stops      int
+	Timeline             bool
 	LateAcks, LateAcksOK int
 	// Kinds: how much the checks of the newer kinds had to judge (all groups).
 	Kinds struct {
@@ -203,7 +215,8 @@ func verify(ctx context.Context, dbURL, runDir string, topics []topicSpec) (*ver
 // history; each later lease is a redelivery, allowed only when the previous
 // lease had expired and not settled the message and the attempt grew by one.
 func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topics []topicSpec) *verdict {
-	v := &verdict{TornLines: rs.torn, SelfKills: rs.selfKills, LateAcks: rs.lateAcks, LateAcksOK: rs.lateAcksOK}
+	v := &verdict{TornLines: rs.torn, SelfKills: rs.selfKills, LateAcks: rs.lateAcks, LateAcksOK: rs.lateAcksOK,
+		Explained: map[string]int{}, Overruns: rs.overruns, Stops: rs.stops, Timeline: rs.timeline}
 	type gm struct {
 		group string
 		msg   int64
@@ -343,6 +356,10 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 			}
 		}
 	}
+	handled := map[[2]int64][]delivery{} // (lease, message) → its D lines
+	for _, d := range rs.deliveries {
+		handled[[2]int64{d.leaseID, d.msgID}] = append(handled[[2]int64{d.leaseID, d.msgID}], d)
+	}
 	for key, hist := range history {
 		r := byGroup[key.group]
 		if r == nil || specs[key.group].scripted {
@@ -363,8 +380,15 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 				r.LiveLeases++
 			case na != pa+1:
 				r.BadAttempt++
-			default:
+			case !rs.timeline:
 				r.Allowed++
+			default:
+				if why := rs.explain(handled, prev, key.msg); why != "" {
+					r.Allowed++
+					v.Explained[why]++
+				} else {
+					r.Unexplained++
+				}
 			}
 		}
 	}
@@ -388,6 +412,52 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 
 	judgeKinds(v, rs, leases, byGroup, committedKeys, ident)
 	return v
+}
+
+// clientGiveUpMargin is how long before the lease's expiry on the server
+// a correct client may give an ack or an extension up for good: it stops
+// retrying when the next try would start after the lease's local deadline
+// (which is no later than the server's), its backoff at most the workers'
+// MaxErrorBackoff.
+const clientGiveUpMargin = clientMaxErrorBackoff + 250*time.Millisecond
+
+// explain says why message msg, delivered under lease, may be delivered
+// again (the fault timeline), or "" when nothing explains it: nobody
+// handled it (the read's answer never reached a handler), a worker
+// recorded why its handling was not acked (F and K lines), the worker's
+// ack of the lease failed (A line), or the harness SIGKILLed the consumer
+// after it recorded the delivery (X line). A client's ack given up (or
+// lease lost) counts only when the client found out once the lease was
+// (about to be) over, and not through a cancelled context: a correct client
+// retries while the lease holds and settles with a context that outlives
+// its stop (an ack dropped early is a client bug, not a fault).
+func (rs *records) explain(handled map[[2]int64][]delivery, lease *leaseRow, msg int64) string {
+	ds := handled[[2]int64{lease.id, msg}]
+	if len(ds) == 0 {
+		return "never handled"
+	}
+	n, ok := rs.notAcked[lease.id][msg]
+	if !ok {
+		n, ok = rs.notAcked[lease.id][0]
+	}
+	if ok {
+		if n.reason == "ackfailed" && strings.Contains(n.cause, "context canceled") {
+			return ""
+		}
+		if (n.reason == "ackfailed" || n.reason == "lost") && n.at < lease.expires.Add(-clientGiveUpMargin).UnixNano() {
+			return ""
+		}
+		return n.reason
+	}
+	if out, ok := rs.acks[lease.id]; ok && out != "ok" {
+		return "ack failed"
+	}
+	for _, d := range ds {
+		if at, ok := rs.killedAt[d.consumer]; ok && at >= d.at {
+			return "killed"
+		}
+	}
+	return ""
 }
 
 // judgeKinds checks what the newer kinds promise, per group (byGroup by
@@ -556,10 +626,11 @@ func before(a, b delivery) bool {
 func (v *verdict) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "topic/group\tcommitted\tdelivered\tmissing\trolled-back-delivered\tredelivered\tallowed\t"+
-		"after-ack\ttwo-live-leases\tbad-attempt\tack-not-settled\tphantom\tlost-commit\tdup-key\tout-of-order\tearly\t")
+		"unexplained\tafter-ack\ttwo-live-leases\tbad-attempt\tack-not-settled\tphantom\tlost-commit\tdup-key\tout-of-order\t"+
+		"early\t")
 	for _, g := range v.Groups {
-		fmt.Fprintf(tw, "%s/%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", g.Topic, g.Group,
-			g.Committed, g.Delivered, g.Missing, g.RolledBack, g.Redelivered, g.Allowed, g.AfterAck, g.LiveLeases,
+		fmt.Fprintf(tw, "%s/%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", g.Topic, g.Group,
+			g.Committed, g.Delivered, g.Missing, g.RolledBack, g.Redelivered, g.Allowed, g.Unexplained, g.AfterAck, g.LiveLeases,
 			g.BadAttempt, g.AckNotSettled, g.Phantom, g.LostCommit, g.DupIdent, g.OutOfOrder, g.Early)
 	}
 	tw.Flush()
@@ -567,6 +638,15 @@ func (v *verdict) print(w io.Writer) {
 		"%d committed, %d rolled back; COMMIT returned OK but missing on the server: %d (%d messages)\n",
 		v.Txns.Committed, v.Txns.RolledBack, v.Txns.UnknownCommitted, v.Txns.UnknownRolledBack, v.Txns.CommitLost,
 		v.CommitLostMsgs)
+	if v.Timeline {
+		why := make([]string, 0, len(v.Explained))
+		for k, n := range v.Explained {
+			why = append(why, fmt.Sprintf("%s %d", k, n))
+		}
+		slices.Sort(why)
+		fmt.Fprintf(w, "fault timeline: client handlers overran their lease %d times, %d client shutdowns mid-page; "+
+			"allowed redeliveries by cause: %s\n", v.Overruns, v.Stops, strings.Join(why, ", "))
+	}
 	fmt.Fprintf(w, "acks after lease expiry: %d (%d succeeded: nobody had taken the page; %d fenced)\n", v.LateAcks,
 		v.LateAcksOK, v.LateAcks-v.LateAcksOK)
 	if k := v.Kinds; k.OrderPairs+k.Delayed+k.Idents > 0 {

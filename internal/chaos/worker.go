@@ -48,7 +48,10 @@ type workerSpec struct {
 	Page     int           `json:"page"`
 	Lease    time.Duration `json:"lease"`
 	LateAcks int           `json:"late_acks"` // SQL workers: pages acked only after the lease expired
-	RunDir   string        `json:"run_dir"`
+	// Overruns: client workers: handlers that run for 1.5 leases (the
+	// client must keep the lease meanwhile).
+	Overruns int    `json:"overruns"`
+	RunDir   string `json:"run_dir"`
 }
 
 func (s workerSpec) groupLabel() string {
@@ -63,7 +66,10 @@ func IsWorker() bool { return os.Getenv(WorkerEnv) != "" }
 
 // WorkerMain runs the worker described by PGQ_CHAOS_WORKER and exits.
 // SIGTERM stops it gracefully; SIGUSR1 arms a SIGKILL of itself at the next
-// point where it holds a page that it recorded but did not ack (mid-page).
+// point where it holds a page that it recorded but did not ack (mid-page);
+// SIGUSR2 (client workers) arms a graceful stop from inside the next
+// handler, which then runs past the consumer's StopTimeout (a shutdown
+// mid-page), or a plain stop when no handler runs within 3 s.
 func WorkerMain() {
 	var spec workerSpec
 	if err := json.Unmarshal([]byte(os.Getenv(WorkerEnv)), &spec); err != nil {
@@ -73,12 +79,22 @@ func WorkerMain() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("prefix", "chaos worker", "worker", spec.Name)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	w := &worker{spec: spec, log: log}
+	ctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	w := &worker{spec: spec, log: log, stopRun: stopRun}
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	go func() {
 		for range usr1 {
 			w.armed.Store(true)
+		}
+	}()
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	go func() {
+		for range usr2 {
+			w.stopArmed.Store(true)
+			time.AfterFunc(3*time.Second, stopRun) // no handler ran: a plain stop
 		}
 	}()
 	if err := w.run(ctx); err != nil {
@@ -88,16 +104,19 @@ func WorkerMain() {
 }
 
 type worker struct {
-	spec  workerSpec
-	log   *slog.Logger
-	rec   *recorder
-	armed atomic.Bool
+	spec      workerSpec
+	log       *slog.Logger
+	rec       *recorder
+	armed     atomic.Bool
+	stopArmed atomic.Bool
+	stopRun   context.CancelFunc // cancels the context the worker runs with
 }
 
-// midPage is called while the worker holds a recorded, un-acked page.
-func (w *worker) midPage() {
+// midPage is called while the worker holds a recorded, un-acked page of
+// lease.
+func (w *worker) midPage(lease int64) {
 	if w.armed.Load() {
-		_ = w.rec.write(line("K", w.spec.Name))
+		_ = w.rec.write(line("K", w.spec.Name, lease))
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		time.Sleep(time.Minute)
 	}
@@ -261,11 +280,11 @@ func (w *worker) runSQL(ctx context.Context, consumer string) error {
 		for i, m := range page {
 			lines[i] = w.deliveryLine(m.id, m.payload, m.attempt, m.lease, consumer)
 		}
-		late, err := w.workPage(lines, &pages, &lateLeft)
+		lease := page[0].lease
+		late, err := w.workPage(lease, lines, &pages, &lateLeft)
 		if err != nil {
 			return err
 		}
-		lease := page[0].lease
 		if err := w.ackPage(bg, &conn, lease, late); err != nil {
 			return err
 		}
@@ -276,11 +295,11 @@ func (w *worker) runSQL(ctx context.Context, consumer string) error {
 // workPage records a page's deliveries and "works" on it: briefly, or, for
 // the late acks the spec asks for (the fifth page, then about one in 40),
 // past the lease. It returns whether the page is to be acked late.
-func (w *worker) workPage(lines []string, pages, lateLeft *int) (bool, error) {
+func (w *worker) workPage(lease int64, lines []string, pages, lateLeft *int) (bool, error) {
 	if err := w.rec.write(lines...); err != nil {
 		return false, err
 	}
-	w.midPage()
+	w.midPage(lease)
 	*pages++
 	late := *lateLeft > 0 && (*pages == 5 || rand.IntN(40) == 0)
 	if late {
@@ -314,7 +333,20 @@ func (w *worker) ackPage(ctx context.Context, conn **pgx.Conn, lease int64, late
 	return w.rec.write(line("A", lease, outcome))
 }
 
-// runClient consumes with the client package.
+// clientStopTimeout is the client workers' Config.StopTimeout: a handler
+// that stops the worker mid-page runs past it. clientMaxErrorBackoff is
+// their Config.MaxErrorBackoff.
+const (
+	clientStopTimeout     = time.Second
+	clientMaxErrorBackoff = 500 * time.Millisecond
+)
+
+// runClient consumes with the client package. Its handler records the
+// delivery; some handlers run for 1.5 leases (spec.Overruns: the 20th
+// message, then about one in 300), and after SIGUSR2 the next handler stops
+// the worker and runs past StopTimeout. What the client does not ack of a
+// handled message goes to the fault timeline: F lines from the handler's
+// context (lost lease, stop timeout) and from Config.OnAckFailed.
 func (w *worker) runClient(ctx context.Context, consumer string) error {
 	cc, err := w.connConfig()
 	if err != nil {
@@ -331,25 +363,71 @@ func (w *worker) runClient(ctx context.Context, consumer string) error {
 		return err
 	}
 	defer pool.Close()
+	notAcked := func(lease, id int64, reason string, cause error) {
+		_ = w.rec.write(line("F", lease, id, reason, time.Now().UnixNano(), cause))
+	}
 	cfg := client.Config{Topic: w.spec.Topic, Group: w.spec.Group, Consumer: consumer, MaxMessages: w.spec.Page,
-		Lease: w.spec.Lease, PollInterval: 200 * time.Millisecond, MaxErrorBackoff: 2 * time.Second,
-		Logger: w.log}
-	record := func(d *client.Delivery) error {
-		if err := w.rec.write(w.deliveryLine(d.ID, d.Payload, d.Attempt, d.LeaseID, consumer)); err != nil {
+		Lease: w.spec.Lease, PollInterval: 200 * time.Millisecond, MaxErrorBackoff: clientMaxErrorBackoff,
+		StopTimeout: clientStopTimeout, Logger: w.log,
+		OnAckFailed: func(lease int64, ids []int64, err error) {
+			reason := "ackfailed"
+			switch {
+			case errors.Is(err, client.ErrLeaseLost):
+				reason = "lost"
+			case errors.Is(err, client.ErrStopTimeout):
+				reason = "stopped"
+			case w.spec.Kind == kindClientTx:
+				// The handler's transaction failed at its ack or commit (a
+				// killed backend): rolled back, nothing to retry.
+				reason = "txfailed"
+			}
+			for _, id := range ids {
+				notAcked(lease, id, reason, err)
+			}
+		}}
+	overrunsLeft, handled := w.spec.Overruns, 0
+	// work holds the message for d, or until the handler's context ends.
+	work := func(hctx context.Context, m *client.Delivery, d time.Duration) error {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-hctx.Done():
+			cause := context.Cause(hctx)
+			reason := "lost"
+			if errors.Is(cause, client.ErrStopTimeout) {
+				reason = "stopped"
+			}
+			notAcked(m.LeaseID, m.ID, reason, cause)
+			return cause
+		}
+	}
+	handle := func(hctx context.Context, m *client.Delivery) error {
+		if err := w.rec.write(w.deliveryLine(m.ID, m.Payload, m.Attempt, m.LeaseID, consumer)); err != nil {
 			return err
 		}
-		w.midPage()
+		w.midPage(m.LeaseID)
+		if w.stopArmed.CompareAndSwap(true, false) {
+			_ = w.rec.write(line("P", consumer, time.Now().UnixNano()))
+			w.stopRun()
+			return work(hctx, m, 5*clientStopTimeout)
+		}
+		handled++
+		if overrunsLeft > 0 && (handled == 20 || rand.IntN(300) == 0) {
+			overrunsLeft--
+			_ = w.rec.write(line("O", m.LeaseID, m.ID, time.Now().UnixNano()))
+			return work(hctx, m, w.spec.Lease*3/2)
+		}
 		return nil
 	}
 	var c *client.Consumer
 	if w.spec.Kind == kindClientTx {
 		c, err = client.NewTxConsumer(pool, cfg, func(ctx context.Context, tx pgx.Tx, d *client.Delivery) error {
-			return record(d)
+			return handle(ctx, d)
 		})
 	} else {
-		c, err = client.NewConsumer(pool, cfg, func(ctx context.Context, d *client.Delivery) error {
-			return record(d)
-		})
+		c, err = client.NewConsumer(pool, cfg, handle)
 	}
 	if err != nil {
 		return err

@@ -116,11 +116,11 @@ func (w *worker) runTimed(ctx context.Context, consumer string) error {
 		for i, m := range page {
 			lines[i] = w.deliveryLine(m.id, m.payload, m.attempt, m.lease, consumer)
 		}
-		late, err := w.workPage(lines, &pages, &lateLeft)
+		lease := page[0].lease
+		late, err := w.workPage(lease, lines, &pages, &lateLeft)
 		if err != nil {
 			return err
 		}
-		lease := page[0].lease
 		if err := w.rec.write(line("T", lease, time.Now().UnixNano())); err != nil {
 			return err
 		}
