@@ -24,7 +24,7 @@ FAILOVER_PORT  ?= $(shell expr $(TEST_PORT) + 13)
 BACKUP_PORT    ?= $(shell expr $(TEST_PORT) + 15)
 LISTEN         ?= 127.0.0.1:9187
 
-.PHONY: all help build run test lint deps bench bench-quick chaos verify-sql snapshot-sql gen-upgrade upgrade-test db-stop clean
+.PHONY: all help build run test lint deps bench bench-quick chaos ha verify-sql snapshot-sql gen-upgrade upgrade-test db-stop clean
 
 all: build
 
@@ -170,3 +170,12 @@ db-stop: ## stop the throwaway clusters (and the test PgBouncer)
 
 clean: db-stop ## stop the clusters and delete their data and bin/
 	rm -rf bin .pgq-dev
+
+# pgq under Patroni (docs/ha.md): etcd + 3 Patroni nodes (synchronous_mode
+# strict) on HA_BASE_PORT..+22, two sidecars, the chaos producers and
+# consumers; switchover, SIGKILL of the leader, rejoin, switch back over
+# HA_SECONDS (default 300). Installs Debian's patroni and etcd-server as root.
+HA_BASE_PORT ?= 36100
+HA           ?= patroni
+ha: build ## Patroni HA run: switchover, crash, rejoin, switch back; ends with the "ha:" line (HA_SECONDS, HA_BASE_PORT)
+	HA=$(HA) HA_BASE_PORT=$(HA_BASE_PORT) deploy/ha/ha.sh
