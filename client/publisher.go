@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // DB is what the client runs statements on. *pgxpool.Pool, *pgxpool.Conn,
@@ -27,12 +28,17 @@ type Message struct {
 	Headers json.RawMessage
 	// MessageGroup is the optional ordering key; "" means none (NULL).
 	MessageGroup string
+	// DedupeKey makes the publish idempotent within the topic's
+	// dedupe_window: a repeated key returns the first message's id and
+	// inserts nothing. "" means none. Set it to retry safely after
+	// ErrCommitUnknown (a COMMIT whose outcome is unknown: docs/ha.md).
+	DedupeKey string
 }
 
 // The statements; pgx prepares each once per connection (statement cache).
 const (
-	sqlPublish      = `SELECT fanout.publish($1::text, $2::jsonb, $3::jsonb, $4::text)`
-	sqlPublishBatch = `SELECT id FROM fanout.publish_batch($1::text, $2::jsonb[], $3::jsonb[], $4::text[]) AS id`
+	sqlPublish      = `SELECT fanout.publish($1::text, $2::jsonb, $3::jsonb, $4::text, dedupe_key => $5::text)`
+	sqlPublishBatch = `SELECT id FROM fanout.publish_batch($1::text, $2::jsonb[], $3::jsonb[], $4::text[], dedupe_keys => $5::text[]) AS id`
 )
 
 // Publisher publishes messages with fanout.publish / fanout.publish_batch.
@@ -45,6 +51,15 @@ type Publisher struct {
 // NewPublisher returns a Publisher that runs on db: a pool (every call is its
 // own transaction) or a transaction (messages become visible when, and only
 // if, it commits).
+//
+// On a *pgxpool.Pool every call is an explicit transaction whose COMMIT is
+// never cancelled (see Commit: a cancelled wait for a synchronous standby
+// returns OK without a standby having the message); a connection lost
+// during that COMMIT returns a *CommitUnknownError (errors.Is
+// ErrCommitUnknown): publish again with the same Message.DedupeKey. A
+// 25006 (the pool's connections are on a node that is now a standby) resets
+// the pool, so the next call connects again (to the new primary, with a
+// multi-host URL and target_session_attrs=read-write).
 func NewPublisher(db DB) *Publisher {
 	return &Publisher{db: db}
 }
@@ -62,7 +77,16 @@ func (p *Publisher) Publish(ctx context.Context, topic string, m Message) (int64
 		return 0, errors.New("pgq client: publish: empty payload")
 	}
 	var id int64
-	err := p.db.QueryRow(ctx, sqlPublish, topic, m.Payload, nullJSON(m.Headers), nullText(m.MessageGroup)).Scan(&id)
+	run := func(db DB) error {
+		return db.QueryRow(ctx, sqlPublish, topic, m.Payload, nullJSON(m.Headers), nullText(m.MessageGroup),
+			nullText(m.DedupeKey)).Scan(&id)
+	}
+	var err error
+	if pool, ok := p.db.(*pgxpool.Pool); ok {
+		err = inTx(ctx, pool, func(tx pgx.Tx) error { return run(tx) })
+	} else {
+		err = run(p.db)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("pgq client: publish to %q: %w", topic, err)
 	}
@@ -79,6 +103,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs []Messa
 	payloads := make([]string, len(msgs))
 	var headers []*string
 	var groups []*string
+	var keys []*string
 	for i, m := range msgs {
 		if len(m.Payload) == 0 {
 			return nil, fmt.Errorf("pgq client: publish_batch: empty payload at element %d", i+1)
@@ -98,19 +123,39 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs []Messa
 			g := m.MessageGroup
 			groups[i] = &g
 		}
+		if m.DedupeKey != "" {
+			if keys == nil {
+				keys = make([]*string, len(msgs))
+			}
+			k := m.DedupeKey
+			keys[i] = &k
+		}
 	}
-	var hArg, gArg any // untyped nil = SQL NULL (no per-element arrays)
+	var hArg, gArg, kArg any // untyped nil = SQL NULL (no per-element arrays)
 	if headers != nil {
 		hArg = headers
 	}
 	if groups != nil {
 		gArg = groups
 	}
-	rows, err := p.db.Query(ctx, sqlPublishBatch, topic, payloads, hArg, gArg)
-	if err != nil {
-		return nil, fmt.Errorf("pgq client: publish_batch to %q: %w", topic, err)
+	if keys != nil {
+		kArg = keys
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	var ids []int64
+	run := func(db DB) error {
+		rows, err := db.Query(ctx, sqlPublishBatch, topic, payloads, hArg, gArg, kArg)
+		if err != nil {
+			return err
+		}
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	}
+	var err error
+	if pool, ok := p.db.(*pgxpool.Pool); ok {
+		err = inTx(ctx, pool, func(tx pgx.Tx) error { return run(tx) })
+	} else {
+		err = run(p.db)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pgq client: publish_batch to %q: %w", topic, err)
 	}
