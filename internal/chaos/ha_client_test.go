@@ -183,4 +183,3 @@ func newPool(ctx context.Context, t *testing.T, u, app string) *pgxpool.Pool {
 	t.Cleanup(pool.Close)
 	return pool
 }
-
