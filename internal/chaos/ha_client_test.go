@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/pgfanout/pgq/client"
 	"github.com/pgfanout/pgq/internal/testdb"
+	"github.com/pgfanout/pgq/orchestrator"
 )
 
 // TestClientAcrossFailover: the client package across the faults of a
@@ -35,7 +38,9 @@ import (
 //     node and meet 25006; the consumer discards them, connects to the new
 //     primary, LISTENs there and polls once, and gets what was published
 //     there (its poll interval is an hour: only the reconnect's poll and
-//     notifications on the new primary can deliver it).
+//     notifications on the new primary can deliver it). A sidecar on the
+//     same URL leaves the read-only node too and renews its leader lease on
+//     the new primary.
 func TestClientAcrossFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -140,6 +145,18 @@ func TestClientAcrossFailover(t *testing.T) {
 		}
 	}
 	require.Eventually(t, have("once", "before-0", "before-1", "before-2"), time.Minute, 50*time.Millisecond)
+	// A sidecar on the same URL leads (its election has a connection of
+	// its own; its jobs run on the pool).
+	spool := newPool(ctx, t, multi, "ha-sidecar")
+	sched, err := orchestrator.NewScheduler(spool, orchestrator.SchedulerConfig{LeaderID: "ha-sidecar",
+		LeaderTTL: 2 * time.Second, Jitter: -1, DiscoverSchedule: "@every 1s", ShutdownTimeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	sctx, scancel := context.WithCancel(ctx)
+	sdone := make(chan error, 1)
+	go func() { sdone <- sched.Run(sctx) }()
+	defer func() { scancel(); <-sdone }()
+	require.Eventually(t, sched.IsLeader, time.Minute, 50*time.Millisecond)
 	var onPrimary int
 	require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ha-consumer'`).Scan(&onPrimary))
 	require.Positive(t, onPrimary, "the consumer's connections are on the primary")
@@ -151,6 +168,8 @@ func TestClientAcrossFailover(t *testing.T) {
 	require.NoError(t, standby.promote(ctx))
 	require.NoError(t, waitReady(ctx, su, time.Minute))
 	sdb := connect(ctx, t, su)
+	var promotedAt time.Time
+	require.NoError(t, sdb.QueryRow(ctx, `SELECT now()`).Scan(&promotedAt))
 	for i := range 3 {
 		exec(sdb, `SELECT fanout.publish('q', jsonb_build_object('k', $1::text))`, fmt.Sprintf("after-%d", i))
 	}
@@ -170,6 +189,15 @@ func TestClientAcrossFailover(t *testing.T) {
 	}
 	require.NoError(t, err)
 	require.Eventually(t, have("pub-after"), time.Minute, 50*time.Millisecond)
+	// The sidecar's election left the read-only node: it renews its lease
+	// on the new primary.
+	require.Eventually(t, func() bool {
+		var renewed bool
+		err := sdb.QueryRow(ctx, `SELECT expires_at - interval '2 seconds' > $1 FROM fanout.leader
+			WHERE name = 'pgq-scheduler' AND leader_id = 'ha-sidecar'`, promotedAt).Scan(&renewed)
+		return err == nil && renewed
+	}, time.Minute, 50*time.Millisecond, "the sidecar renews its leader lease on the new primary")
+	require.True(t, sched.IsLeader())
 }
 
 func newPool(ctx context.Context, t *testing.T, u, app string) *pgxpool.Pool {
