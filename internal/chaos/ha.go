@@ -32,6 +32,9 @@ type HAConfig struct {
 	Duration time.Duration
 	// Rate of the producers in transactions per second. Default 30.
 	Rate float64
+	// NoAsync leaves out the asynchronous variant that follows the run
+	// (ha_async.go: a stale ack after a failover that lost a page).
+	NoAsync bool
 	// Exe, SchedulerBin, RunDir, Logger: as in Config.
 	Exe, SchedulerBin, RunDir string
 	Logger                    *slog.Logger
@@ -427,6 +430,9 @@ func RunHA(ctx context.Context, hc HAConfig, out io.Writer) (HASummary, error) {
 	}
 	fmt.Fprintf(out, "ha: %d transactions (%d messages) whose COMMIT returned OK are missing on the final primary %s\n",
 		v.Txns.CommitLost, v.CommitLostMsgs, final)
+	if !hc.NoAsync {
+		sum.Problems = append(sum.Problems, runHAAsync(ctx, pc, out, func(msg string, args ...any) { log.Info(msg, args...) })...)
+	}
 	if sum.SwitchoverGap > haMaxSwitchoverGap {
 		fail("switchover write gap %s over %s", sum.SwitchoverGap, haMaxSwitchoverGap)
 	}
