@@ -167,6 +167,8 @@ db-stop: ## stop the throwaway clusters (and the test PgBouncer)
 	-scripts/devdb.sh stop fence-p
 	-scripts/devdb.sh stop fence-s
 	-scripts/devdb.sh stop backup
+	-scripts/devdb.sh stop ha-p
+	-scripts/devdb.sh stop ha-s
 
 clean: db-stop ## stop the clusters and delete their data and bin/
 	rm -rf bin .pgq-dev
