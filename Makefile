@@ -176,7 +176,9 @@ clean: db-stop ## stop the clusters and delete their data and bin/
 # pgq under Patroni (docs/ha.md): etcd + 3 Patroni nodes (synchronous_mode
 # strict) on HA_BASE_PORT..+22, two sidecars, the chaos producers and
 # consumers; switchover, SIGKILL of the leader, rejoin, switch back over
-# HA_SECONDS (default 300). Installs Debian's patroni and etcd-server as root.
+# HA_SECONDS (default 300), then the asynchronous variant. Installs Debian's
+# patroni and etcd-server as root. HA=pgaf: pg_auto_failover instead
+# (monitor + 3 nodes on HA_BASE_PORT+30..+33, no asynchronous variant).
 HA_BASE_PORT ?= 36100
 HA           ?= patroni
 ha: build ## Patroni HA run: switchover, crash, rejoin, switch back; ends with the "ha:" line (HA_SECONDS, HA_BASE_PORT)

@@ -10,7 +10,7 @@
 // exiting non-zero unless L, B and R are 0, S1 ≤ 10, S2 ≤ 30, G ≤ the
 // sidecars' leader TTL + 5 s and nothing else failed.
 //
-//	pgq-ha [-seconds N] [-base-port P] [-rate R]
+//	pgq-ha [-manager patroni|pgaf] [-seconds N] [-base-port P] [-rate R] [-no-async]
 package main
 
 import (
@@ -36,6 +36,7 @@ func main() {
 	flag.IntVar(&seconds, "seconds", 0, "length of the scripted run (env HA_SECONDS; default 300: switchover at 20 %, crash at 50 %, switch back at 80 %)")
 	flag.IntVar(&cfg.BasePort, "base-port", 0, "first port: etcd +0/+1, PostgreSQL +10..+12, Patroni REST +20..+22 (default 36100)")
 	flag.Float64Var(&cfg.Rate, "rate", 0, "producer transactions per second (default 30)")
+	flag.StringVar(&cfg.Manager, "manager", "patroni", "HA manager: patroni (etcd + Patroni) or pgaf (pg_auto_failover)")
 	flag.BoolVar(&cfg.NoAsync, "no-async", false, "leave out the asynchronous variant (stale ack after a failover that lost a page)")
 	flag.StringVar(&cfg.SchedulerBin, "scheduler", "", "pgq-scheduler binary (default bin/pgq-scheduler)")
 	flag.Parse()

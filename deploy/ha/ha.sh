@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # ha.sh — make ha: pgq under Patroni (docs/ha.md).
 #
-#   deploy/ha/ha.sh [pgq-ha flags]     HA_SECONDS, HA_BASE_PORT, HA (patroni)
+#   deploy/ha/ha.sh [pgq-ha flags]     HA_SECONDS, HA_BASE_PORT, HA (patroni | pgaf)
 #
 # Installs what the run needs the way scripts/deps.sh installs make test's
-# components (as root with apt-get: Debian's patroni and etcd-server; else
+# components (as root with apt-get: Debian's patroni and etcd-server, or
+# for HA=pgaf postgresql-<major>-auto-failover; else
 # it says what to install), builds bin/pgq-scheduler and bin/pgq-ha and
 # runs the scripted run. Its last line is pgq-ha's verdict.
 set -euo pipefail
@@ -12,28 +13,32 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 log() { echo "ha: $*" >&2; }
 
+pg_major() {
+  local d
+  d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  "$d/postgres" --version 2>/dev/null | sed -E 's/.* ([0-9]+)(\.[0-9]+)?.*/\1/'
+}
 case "${HA:-patroni}" in
-  patroni) ;;
-  pgaf)
-    echo "ha: HA=pgaf (pg_auto_failover) is not implemented yet: docs/ha.md, \"pg_auto_failover\"" >&2
-    exit 2 ;;
-  *) echo "ha: HA=${HA} unknown (patroni)" >&2; exit 2 ;;
+  patroni) pkgs="patroni etcd-server"
+    present() { command -v patroni >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1; } ;;
+  pgaf) pkgs="postgresql-$(pg_major)-auto-failover"
+    present() { command -v pg_autoctl >/dev/null 2>&1; } ;;
+  *) echo "ha: HA=${HA} unknown (patroni or pgaf)" >&2; exit 2 ;;
 esac
-
-present() { command -v patroni >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1; }
 if ! present; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     log "apt-get update"
     DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 update -qq >&2 || true
-    log "apt-get install -y patroni etcd-server"
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 install -y -qq patroni etcd-server >&2 || true
+    log "apt-get install -y $pkgs"
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 install -y -qq $pkgs >&2 || true
   fi
   if ! present; then
     cat >&2 <<MSG
 
 ################################################################################
-ha: Patroni and etcd are missing and could not be installed here$([ "$(id -u)" = 0 ] || echo " (not root)").
-    sudo apt-get install -y patroni etcd-server
+ha: $pkgs missing and could not be installed here$([ "$(id -u)" = 0 ] || echo " (not root)").
+    sudo apt-get install -y $pkgs
 ################################################################################
 MSG
     exit 1
@@ -43,4 +48,4 @@ fi
 # own etcd on its own ports, so a running service does not matter.
 make --no-print-directory build >&2
 go build -o bin/pgq-ha ./cmd/pgq-ha
-exec bin/pgq-ha -base-port "${HA_BASE_PORT:-36100}" "$@"
+exec bin/pgq-ha -manager "${HA:-patroni}" -base-port "${HA_BASE_PORT:-36100}" "$@"

@@ -32,6 +32,9 @@ type HAConfig struct {
 	Duration time.Duration
 	// Rate of the producers in transactions per second. Default 30.
 	Rate float64
+	// Manager is the HA manager: "patroni" (default) or "pgaf"
+	// (pg_auto_failover).
+	Manager string
 	// NoAsync leaves out the asynchronous variant that follows the run
 	// (ha_async.go: a stale ack after a failover that lost a page).
 	NoAsync bool
@@ -227,23 +230,36 @@ func RunHA(ctx context.Context, hc HAConfig, out io.Writer) (HASummary, error) {
 	fmt.Fprintf(out, "ha: records and logs in %s\n", cfg.RunDir)
 	// The servers run as postgres: a folder it can reach (not under /root).
 	dir := filepath.Join(os.TempDir(), fmt.Sprintf("pgq-ha-%d", hc.BasePort))
-	pc := newPatroniCluster(cfg.Root, dir, hc.BasePort, func(msg string, args ...any) { log.Info(msg, args...) })
-	defer pc.stop()
+	logf := func(msg string, args ...any) { log.Info(msg, args...) }
+	var m haManager
+	var pc *patroniCluster
+	switch hc.Manager {
+	case "", "patroni":
+		pc = newPatroniCluster(cfg.Root, dir, hc.BasePort, logf)
+		m = patroniManager{pc}
+	case "pgaf":
+		m = newPgafCluster(dir+"-pgaf", hc.BasePort, logf)
+	default:
+		return sum, fmt.Errorf("ha: unknown manager %q (patroni, pgaf)", hc.Manager)
+	}
+	defer m.stop()
 	began := time.Now()
-	if err := pc.start(ctx); err != nil {
+	if err := m.start(ctx); err != nil {
 		return sum, err
 	}
-	log.Info("patroni cluster up", "took", time.Since(began).Round(time.Second), "folder", dir)
-	st, err := pc.status()
+	log.Info("cluster up", "manager", m.label(), "took", time.Since(began).Round(time.Second), "folder", dir)
+	first, err := m.leader()
 	if err != nil {
 		return sum, err
 	}
-	first := st.leader()
+	if first == "" {
+		return sum, errors.New("ha: no leader after start")
+	}
 	const dbName = "chaos_ha"
-	if _, err := freshDatabase(ctx, pc.node(first).url("postgres"), dbName); err != nil {
+	if _, err := freshDatabase(ctx, m.nodeURL(first, "postgres"), dbName); err != nil {
 		return sum, err
 	}
-	multi := pc.multiURL(dbName)
+	multi := m.multiURL(dbName)
 	{
 		c, err := pgx.Connect(ctx, multi)
 		if err != nil {
@@ -309,39 +325,35 @@ func RunHA(ctx context.Context, hc HAConfig, out io.Writer) (HASummary, error) {
 		return sum, err
 	}
 	events = append(events, event{"switchover", time.Now()})
-	if err := pc.switchover(first, ""); err != nil {
+	if err := m.switchover(ctx, first, ""); err != nil {
 		fail("%v", err)
 	}
-	if err := pc.waitHealthy(ctx, 60*time.Second, 2); err != nil {
+	if err := m.waitHealthy(ctx, 60*time.Second); err != nil {
 		fail("after the switchover: %v", err)
 	}
-	st, _ = pc.status()
-	second := ""
-	if st != nil {
-		second = st.leader()
-	}
+	second, _ := m.leader()
 	log.Info("switched over", "from", first, "to", second)
 
 	// 2. Crash of the leader: SIGKILL of its Patroni and PostgreSQL.
 	if err := sleepUntil(at(0.5)); err != nil {
 		return sum, err
 	}
-	victim := pc.node(second)
-	if victim == nil {
-		return sum, fmt.Errorf("no leader to crash (status %v)", st)
+	victim := second
+	if victim == "" {
+		return sum, errors.New("no leader to crash")
 	}
 	events = append(events, event{"crash", time.Now()})
-	if err := victim.crash(); err != nil {
+	if err := m.crash(victim); err != nil {
 		fail("%v", err)
 	}
-	log.Info("leader's Patroni and PostgreSQL SIGKILLed", "node", victim.name)
+	log.Info("leader's manager and PostgreSQL SIGKILLed", "node", victim)
 	third := ""
-	if err := waitFor(ctx, 60*time.Second, func() error {
-		s, err := pc.status()
+	if err := waitFor(ctx, 90*time.Second, func() error {
+		l, err := m.leader()
 		if err != nil {
 			return err
 		}
-		if l := s.leader(); l != "" && l != victim.name {
+		if l != "" && l != victim {
 			third = l
 			return nil
 		}
@@ -350,14 +362,14 @@ func RunHA(ctx context.Context, hc HAConfig, out io.Writer) (HASummary, error) {
 		fail("no new leader after the crash: %v", err)
 	}
 	log.Info("new leader after the crash", "node", third)
-	// 3. The old leader rejoins (Patroni rewinds it: use_pg_rewind).
-	if err := victim.start(); err != nil {
+	// 3. The old leader rejoins (the manager rewinds it with pg_rewind).
+	if err := m.restart(victim); err != nil {
 		fail("%v", err)
 	}
-	if err := pc.waitHealthy(ctx, 90*time.Second, 2); err != nil {
+	if err := m.waitHealthy(ctx, 120*time.Second); err != nil {
 		fail("after the rejoin: %v", err)
 	}
-	rewound := patroniLogHas(filepath.Join(victim.dir, "patroni.log"), "pg_rewind")
+	rewound := m.rewound(victim)
 
 	// 4. Switch back to the first leader.
 	if err := sleepUntil(at(0.8)); err != nil {
@@ -368,12 +380,12 @@ func RunHA(ctx context.Context, hc HAConfig, out io.Writer) (HASummary, error) {
 	// the rewound node (it must be able to lead again).
 	cand := first
 	if cand == third {
-		cand = victim.name
+		cand = victim
 	}
-	if err := pc.switchover(third, cand); err != nil {
+	if err := m.switchover(ctx, third, cand); err != nil {
 		fail("%v", err)
 	}
-	if err := pc.waitHealthy(ctx, 60*time.Second, 2); err != nil {
+	if err := m.waitHealthy(ctx, 60*time.Second); err != nil {
 		fail("after the switch back: %v", err)
 	}
 	if err := sleepUntil(at(1)); err != nil {
@@ -386,16 +398,15 @@ func RunHA(ctx context.Context, hc HAConfig, out io.Writer) (HASummary, error) {
 	}
 	stopProbes()
 	sup.stopAll(ctx, 10*time.Second)
-	st, err = pc.status()
+	final, err := m.leader()
 	if err != nil {
 		return sum, err
 	}
-	final := st.leader()
-	log.Info("final cluster", "members", st.String())
+	log.Info("final leader", "node", final)
 
 	// Gaps: each event's window runs to the next event.
-	fmt.Fprintf(out, "\n== ha (Patroni 3, etcd, 3 nodes, synchronous_mode strict): %s run; leaders %s -> %s -> (crash) %s -> %s; the crashed node rejoined %s\n",
-		hc.Duration, first, second, third, final, map[bool]string{true: "with pg_rewind", false: "(no pg_rewind in its log)"}[rewound])
+	fmt.Fprintf(out, "\n== ha (%s): %s run; leaders %s -> %s -> (crash) %s -> %s; the crashed node rejoined %s\n",
+		m.label(), hc.Duration, first, second, third, final, map[bool]string{true: "with pg_rewind", false: "(no pg_rewind in its log)"}[rewound])
 	for i, e := range events {
 		until := end
 		if i+1 < len(events) {
@@ -419,7 +430,7 @@ func RunHA(ctx context.Context, hc HAConfig, out io.Writer) (HASummary, error) {
 			sum.LeaderGap = max(sum.LeaderGap, lg)
 		}
 	}
-	v, err := verify(ctx, pc.node(final).url(dbName), runDir, f.topics)
+	v, err := verify(ctx, m.nodeURL(final, dbName), runDir, f.topics)
 	if err != nil {
 		return sum, err
 	}
@@ -430,7 +441,7 @@ func RunHA(ctx context.Context, hc HAConfig, out io.Writer) (HASummary, error) {
 	}
 	fmt.Fprintf(out, "ha: %d transactions (%d messages) whose COMMIT returned OK are missing on the final primary %s\n",
 		v.Txns.CommitLost, v.CommitLostMsgs, final)
-	if !hc.NoAsync {
+	if !hc.NoAsync && pc != nil {
 		sum.Problems = append(sum.Problems, runHAAsync(ctx, pc, out, func(msg string, args ...any) { log.Info(msg, args...) })...)
 	}
 	if sum.SwitchoverGap > haMaxSwitchoverGap {
