@@ -27,7 +27,7 @@ BACKUP_PORT    ?= $(shell expr $(TEST_PORT) + 15)
 NATS_PORT      ?= $(shell expr $(TEST_PORT) + 57)
 LISTEN         ?= 127.0.0.1:9187
 
-.PHONY: all help build run test lint deps bench bench-quick bench-lt chaos verify-sql snapshot-sql gen-upgrade upgrade-test db-stop clean
+.PHONY: all help build run test lint deps bench bench-quick bench-lt chaos ha verify-sql snapshot-sql gen-upgrade upgrade-test db-stop clean
 
 all: build
 
@@ -183,6 +183,19 @@ db-stop: ## stop the throwaway clusters (and the test PgBouncer)
 	-scripts/devdb.sh stop fence-p
 	-scripts/devdb.sh stop fence-s
 	-scripts/devdb.sh stop backup
+	-scripts/devdb.sh stop ha-p
+	-scripts/devdb.sh stop ha-s
 
 clean: db-stop ## stop the clusters and delete their data and bin/
 	rm -rf bin .pgq-dev
+
+# pgq under Patroni (docs/ha.md): etcd + 3 Patroni nodes (synchronous_mode
+# strict) on HA_BASE_PORT..+22, two sidecars, the chaos producers and
+# consumers; switchover, SIGKILL of the leader, rejoin, switch back over
+# HA_SECONDS (default 300), then the asynchronous variant. Installs Debian's
+# patroni and etcd-server as root. HA=pgaf: pg_auto_failover instead
+# (monitor + 3 nodes on HA_BASE_PORT+30..+33, no asynchronous variant).
+HA_BASE_PORT ?= 36100
+HA           ?= patroni
+ha: build ## Patroni HA run: switchover, crash, rejoin, switch back; ends with the "ha:" line (HA_SECONDS, HA_BASE_PORT)
+	HA=$(HA) HA_BASE_PORT=$(HA_BASE_PORT) deploy/ha/ha.sh

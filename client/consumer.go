@@ -304,6 +304,23 @@ type Consumer struct {
 	notifications, extensions, heartbeats             atomic.Int64
 	retries, settleFailures, leasesLost               atomic.Int64
 	listenChecked                                     atomic.Int64
+
+	// listenMu guards listenCancel: it ends the LISTEN connection's wait,
+	// so that the listener connects again (relisten).
+	listenMu     sync.Mutex
+	listenCancel context.CancelFunc
+}
+
+// relisten makes the listener drop its connection and LISTEN again on a new
+// one, then poll once: after a failover the old connection may sit on the
+// demoted node, where no notification of the new primary arrives (NOTIFY is
+// not replicated).
+func (c *Consumer) relisten() {
+	c.listenMu.Lock()
+	defer c.listenMu.Unlock()
+	if c.listenCancel != nil {
+		c.listenCancel()
+	}
 }
 
 // NewConsumer returns a consumer that calls h for every message and settles
@@ -457,6 +474,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 			if isFatal(err) {
 				return err
 			}
+			if resetOnReadOnly(c.pool, err) {
+				// The pool's connections are on a standby (a failover
+				// demoted their node): new ones, and a new LISTEN.
+				c.relisten()
+			}
 			c.errs.Add(1)
 			c.cfg.Logger.Warn("pgq client: read failed; retrying", "topic", c.cfg.Topic,
 				"group", c.cfg.Group, "backoff", backoff, "error", err)
@@ -562,8 +584,12 @@ func (c *Consumer) listen(ctx context.Context, channel string, wake chan<- struc
 		if c.cfg.ListenCheckTimeout > 0 {
 			checkOnce.Do(func() { go c.checkListen(ctx, channel, checked) })
 		}
+		wctx, cancel := context.WithCancel(ctx)
+		c.listenMu.Lock()
+		c.listenCancel = cancel
+		c.listenMu.Unlock()
 		for {
-			n, err := conn.WaitForNotification(ctx)
+			n, err := conn.WaitForNotification(wctx)
 			if err != nil {
 				break
 			}
@@ -573,6 +599,7 @@ func (c *Consumer) listen(ctx context.Context, channel string, wake chan<- struc
 			}
 			poke()
 		}
+		cancel()
 		conn.Close(context.Background())
 	}
 }
@@ -632,6 +659,9 @@ func (c *Consumer) heartbeatLoop(ctx context.Context, fatal chan<- error) {
 			fatal <- fmt.Errorf("%w: %w", ErrGroupCancelled, err)
 			return
 		default:
+			if resetOnReadOnly(c.pool, err) {
+				c.relisten()
+			}
 			c.errs.Add(1)
 			c.cfg.Logger.Warn("pgq client: heartbeat failed", "topic", c.cfg.Topic, "group", c.cfg.Group, "error", err)
 		}
@@ -970,7 +1000,9 @@ func (c *Consumer) call(ctx context.Context, d *Delivery) (err error) {
 func (c *Consumer) handleTx(pl *pageLease, readSpan trace.SpanContext, d *Delivery) {
 	ctx := pl.ctx
 	pctx, end := c.startProcess(ctx, readSpan, d)
-	err := pgx.BeginFunc(pctx, c.pool, func(tx pgx.Tx) (err error) {
+	// The COMMIT (of the handler's work and the ack) is never cancelled,
+	// not even when the lease is lost meanwhile: see Commit.
+	err := inTx(pctx, c.pool, func(tx pgx.Tx) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				err = fmt.Errorf("pgq client: handler panicked: %v", r)
@@ -1003,7 +1035,15 @@ func (c *Consumer) handleTx(pl *pageLease, readSpan trace.SpanContext, d *Delive
 		if ctx.Err() != nil { // the ack met the handlers' cancellation: say why
 			err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
 		}
+		// A COMMIT of unknown outcome is reported too: if it did not
+		// commit, the message is delivered again.
 		c.ackFailed(d.LeaseID, []int64{d.ID}, err)
+	}
+	if errors.Is(err, ErrCommitUnknown) {
+		c.cfg.Logger.Warn("pgq client: the connection was lost during the COMMIT of the handler's transaction: "+
+			"it may or may not have committed; if it did not, the message is delivered again (the handler must be "+
+			"idempotent)", "lease_id", d.LeaseID, "message_id", d.ID, "error", err)
+		return
 	}
 	if IsFenced(err) {
 		c.cfg.Logger.Warn("pgq client: fenced: the lease expired and the message went to another consumer; "+
@@ -1080,7 +1120,10 @@ func (c *Consumer) nack(ctx context.Context, until time.Time, leaseID, id int64,
 func (c *Consumer) execRetry(ctx context.Context, until time.Time, what, sql string, args ...any) error {
 	_, err := c.pool.Exec(ctx, sql, args...)
 	backoff := time.Duration(0)
-	for try := 1; err != nil && isConnError(err) && ctx.Err() == nil; try++ {
+	for try := 1; err != nil && IsReconnect(err) && ctx.Err() == nil; try++ {
+		if resetOnReadOnly(c.pool, err) {
+			c.relisten()
+		}
 		if !time.Now().Add(backoff).Before(until) {
 			return fmt.Errorf("%s: gave up after %d tries (the lease runs out): %w", what, try, err)
 		}

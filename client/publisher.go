@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -33,7 +34,8 @@ type Message struct {
 	MessageGroup string
 	// DedupeKey makes the publish idempotent within the topic's
 	// dedupe_window: a repeated key returns the first message's id and
-	// publishes nothing. "" means none.
+	// publishes nothing. "" means none. Set it to retry safely after
+	// ErrCommitUnknown (a COMMIT whose outcome is unknown: docs/ha.md).
 	DedupeKey string
 	// Sequence is the message's number within its aggregate (MessageGroup)
 	// on a topic created with sequence_ordering (required there, from 1);
@@ -106,6 +108,15 @@ type Publisher struct {
 // NewPublisher returns a Publisher that runs on db: a pool (every call is its
 // own transaction) or a transaction (messages become visible when, and only
 // if, it commits).
+//
+// On a *pgxpool.Pool every call is an explicit transaction whose COMMIT is
+// never cancelled (see Commit: a cancelled wait for a synchronous standby
+// returns OK without a standby having the message); a connection lost
+// during that COMMIT returns a *CommitUnknownError (errors.Is
+// ErrCommitUnknown): publish again with the same Message.DedupeKey. A
+// 25006 (the pool's connections are on a node that is now a standby) resets
+// the pool, so the next call connects again (to the new primary, with a
+// multi-host URL and target_session_attrs=read-write).
 func NewPublisher(db DB) *Publisher {
 	return &Publisher{db: db}
 }
@@ -129,8 +140,16 @@ func (p *Publisher) Publish(ctx context.Context, topic string, m Message, opts .
 	notify, deliverAt, delay, priority := o.args()
 	ctx, end, headers := p.startPublish(ctx, topic, []Message{m})
 	var id int64
-	err := p.db.QueryRow(ctx, sqlPublish, topic, m.Payload, nullJSON(headers[0]), nullText(m.MessageGroup), notify,
-		nullText(m.DedupeKey), deliverAt, delay, priority, nullInt(m.Sequence)).Scan(&id)
+	run := func(db DB) error {
+		return db.QueryRow(ctx, sqlPublish, topic, m.Payload, nullJSON(headers[0]), nullText(m.MessageGroup), notify,
+			nullText(m.DedupeKey), deliverAt, delay, priority, nullInt(m.Sequence)).Scan(&id)
+	}
+	var err error
+	if pool, ok := p.db.(*pgxpool.Pool); ok {
+		err = inTx(ctx, pool, func(tx pgx.Tx) error { return run(tx) })
+	} else {
+		err = run(p.db)
+	}
 	end(err)
 	if err != nil {
 		return 0, fmt.Errorf("pgq client: publish to %q: %w", topic, err)
@@ -209,12 +228,22 @@ func (p *Publisher) publishBatch(ctx context.Context, topic string, msgs []Messa
 		sArg = seqs
 	}
 	notify, deliverAt, delay, priority := o.args()
-	rows, err := p.db.Query(ctx, sqlPublishBatch, topic, payloads, hArg, gArg, notify, kArg, deliverAt, delay,
-		priority, sArg)
-	if err != nil {
-		return nil, fmt.Errorf("pgq client: publish_batch to %q: %w", topic, err)
+	var ids []int64
+	run := func(db DB) error {
+		rows, err := db.Query(ctx, sqlPublishBatch, topic, payloads, hArg, gArg, notify, kArg, deliverAt, delay,
+			priority, sArg)
+		if err != nil {
+			return err
+		}
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	var err error
+	if pool, ok := p.db.(*pgxpool.Pool); ok {
+		err = inTx(ctx, pool, func(tx pgx.Tx) error { return run(tx) })
+	} else {
+		err = run(p.db)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pgq client: publish_batch to %q: %w", topic, err)
 	}

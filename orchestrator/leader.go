@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ElectorConfig configures an Elector.
@@ -186,6 +184,7 @@ func (e *Elector) queryBool(ctx context.Context, sql string, args ...any) (bool,
 	var v bool
 	if e.cfg.ConnConfig == nil {
 		err := e.db.QueryRow(ctx, sql, args...).Scan(&v)
+		resetOnReadOnly(e.db, err)
 		return v, err
 	}
 	e.connMu.Lock()
@@ -201,10 +200,10 @@ func (e *Elector) queryBool(ctx context.Context, sql string, args ...any) (bool,
 		e.conn = conn
 	}
 	err := e.conn.QueryRow(ctx, sql, args...).Scan(&v)
-	var pe *pgconn.PgError
-	if err != nil && !errors.As(err, &pe) {
-		// Not an error of the statement: the connection may be unusable
-		// (timed out, broken); the next attempt makes a new one.
+	if discardConn(err) {
+		// Not an error of the statement: the connection is unusable
+		// (timed out, broken) or on a node that is no longer the primary
+		// (25006, shutting down); the next attempt makes a new one.
 		e.closeConnLocked()
 	}
 	return v, err

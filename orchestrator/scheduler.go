@@ -528,6 +528,7 @@ func (s *Scheduler) record(e *entry, log *slog.Logger, res Result, err error, d 
 	e.lastRun = now
 	e.lastDur = d
 	if err != nil {
+		resetOnReadOnly(s.db, err)
 		e.errs++
 		e.failStreak++
 		e.lastErr = err.Error()

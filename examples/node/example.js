@@ -11,6 +11,19 @@
 // (SQLSTATE PGQ11: the lease expired and another member took the message)
 // rolls the business transaction back. Exit status 0 when every message
 // arrived exactly once.
+//
+// Across a failover (docs/ha.md): pass a multi-host URL with
+// target_session_attrs=read-write (postgres://h1,h2,h3/db?target_session_attrs=read-write);
+// pg itself takes one host, so connect() below tries each host and keeps the
+// first one that is not read-only. The errors of a failover (mustReconnect:
+// 25006, 57P01, 57P02, 57P03, class 08, a lost connection) discard the
+// connection and connect again; the consumer then LISTENs again and polls
+// once (NOTIFY is not replicated). A publish whose COMMIT may or may not have
+// happened (the connection was lost) is retried with the same dedupe_key,
+// which returns the first message's id if it did commit. Never cancel a
+// COMMIT (no statement timeout, no query cancel around it): a COMMIT waiting
+// for a synchronous standby that is cancelled returns OK although no standby
+// has it.
 'use strict';
 
 const { Client } = require('pg');
@@ -28,10 +41,52 @@ function parseArgs(argv) {
   return args;
 }
 
+// Errors after which a connection is discarded and made again (docs/ha.md).
+const RECONNECT_STATES = new Set(['25006', '57P01', '57P02', '57P03']);
+
+function mustReconnect(e) {
+  // A server error has a five-character SQLSTATE and a severity; anything
+  // else (ECONNRESET, "Connection terminated unexpectedly") is a lost
+  // connection.
+  if (!e || !e.severity || typeof e.code !== 'string' || e.code.length !== 5) return true;
+  return RECONNECT_STATES.has(e.code) || e.code.startsWith('08');
+}
+
+// The URL's hosts, each as a single-host URL (pg takes one host), and
+// whether only a read-write one will do (target_session_attrs=read-write).
+function hostURLs(url) {
+  const m = url.match(/^(postgres(?:ql)?:\/\/(?:[^@/]*@)?)([^/?]*)(.*)$/);
+  if (!m) return { urls: [url], readWrite: false };
+  const readWrite = /[?&]target_session_attrs=read-write\b/.test(m[3]);
+  const rest = m[3].replace(/([?&])target_session_attrs=[^&]*&?/, '$1').replace(/[?&]$/, '');
+  return { urls: m[2].split(',').map((h) => m[1] + h + rest), readWrite };
+}
+
+// Connects to the first host that answers (and, with
+// target_session_attrs=read-write, is not read-only), retrying a failover's
+// errors for up to a minute.
 async function connect(url) {
-  const c = new Client({ connectionString: url });
-  await c.connect();
-  return c;
+  const { urls, readWrite } = hostURLs(url);
+  const deadline = Date.now() + 60000;
+  for (;;) {
+    let last;
+    for (const u of urls) {
+      const c = new Client({ connectionString: u });
+      try {
+        await c.connect();
+        if (readWrite && (await c.query('SHOW transaction_read_only')).rows[0].transaction_read_only === 'on') {
+          throw Object.assign(new Error(`${u}: read-only`), { code: '25006', severity: 'ERROR' });
+        }
+        c.on('error', () => {}); // a lost connection is met (and handled) by the next query
+        return c;
+      } catch (e) {
+        last = e;
+        await c.end().catch(() => {});
+      }
+    }
+    if (!mustReconnect(last) || Date.now() > deadline) throw last;
+    await new Promise((r) => setTimeout(r, 500));
+  }
 }
 
 async function setup(url, topic, group) {
@@ -47,19 +102,34 @@ async function setup(url, topic, group) {
   }
 }
 
-// The producer: each publish is part of a business transaction.
+// The producer: each publish is part of a business transaction, with a
+// dedupe_key so that it can be retried when its COMMIT's outcome is unknown.
 async function publish(url, topic, count) {
-  const c = await connect(url);
+  let c = await connect(url);
   const ids = [];
+  const run = `${process.pid}-${Date.now()}`;
   try {
     for (let i = 0; i < count; i++) {
-      await c.query('BEGIN');
-      // A plain object is sent as JSON (pg calls JSON.stringify); a JS array
-      // would be sent as a PostgreSQL array, so stringify arrays yourself.
-      const r = await c.query('SELECT fanout.publish($1, $2, headers => $3) AS id',
-        [topic, { n: i }, { source: 'node' }]);
-      await c.query('COMMIT');
-      ids.push(r.rows[0].id); // gotcha: bigint comes back as a string ('42'), keep it one
+      for (;;) {
+        try {
+          await c.query('BEGIN');
+          // A plain object is sent as JSON (pg calls JSON.stringify); a JS array
+          // would be sent as a PostgreSQL array, so stringify arrays yourself.
+          const r = await c.query('SELECT fanout.publish($1, $2, headers => $3, dedupe_key => $4) AS id',
+            [topic, { n: i }, { source: 'node' }, `node-${run}-${i}`]);
+          await c.query('COMMIT');
+          ids.push(r.rows[0].id); // gotcha: bigint comes back as a string ('42'), keep it one
+          break;
+        } catch (e) {
+          if (!mustReconnect(e)) throw e;
+          // If the connection died during COMMIT, the outcome is unknown: the
+          // retry with the same dedupe_key returns the first message's id if
+          // it did commit.
+          console.error(`publish: ${e.message}: reconnecting, retrying with the same dedupe_key`);
+          await c.end().catch(() => {});
+          c = await connect(url);
+        }
+      }
     }
   } finally {
     await c.end();
@@ -84,28 +154,48 @@ class Consumer {
   }
 
   async listen() {
-    // A dedicated connection: notifications arrive as events.
-    this.listener = await connect(this.url);
-    this.listener.on('notification', () => { this.notifications++; this.wakeUp(); });
-    await this.listener.query(`LISTEN "${this.channel.replace(/"/g, '""')}"`);
+    // A dedicated connection: notifications arrive as events. When it is
+    // lost (a failover), connect again, LISTEN again and poll once
+    // (wakeUp): notifications are not replicated.
+    const l = await connect(this.url);
+    this.listener = l;
+    l.on('notification', () => { this.notifications++; this.wakeUp(); });
+    l.on('error', () => {});
+    l.on('end', () => {
+      if (this.stopped || this.listener !== l) return;
+      this.listen().then(() => this.wakeUp(), (e) => console.error(`LISTEN: ${e.message}`));
+    });
+    await l.query(`LISTEN "${this.channel.replace(/"/g, '""')}"`);
   }
 
   async run(want) {
     if (this.notify) await this.listen();
-    const c = await connect(this.url);
+    let c = await connect(this.url);
     let done = 0;
     try {
       while (done < want) {
-        // read in its own short transaction (autocommit)
-        const r = await c.query(
-          `SELECT lease_id, message_id, payload, attempt
-             FROM fanout.read($1, $2, $3, max_messages => 10)`, [this.topic, this.group, this.name]);
-        for (const m of r.rows) {
-          if (await this.handle(c, m)) done++;
+        let r;
+        try {
+          // read in its own short transaction (autocommit)
+          r = await c.query(
+            `SELECT lease_id, message_id, payload, attempt
+               FROM fanout.read($1, $2, $3, max_messages => 10)`, [this.topic, this.group, this.name]);
+          for (const m of r.rows) {
+            if (await this.handle(c, m)) done++;
+          }
+        } catch (e) {
+          if (!mustReconnect(e)) throw e;
+          // A failover: what this page did not ack comes back after its
+          // lease; connect again (to the new primary) and read.
+          console.error(`consumer: ${e.message}: reconnecting`);
+          await c.end().catch(() => {});
+          c = await connect(this.url);
+          continue;
         }
         if (r.rows.length === 0) await this.sleep();
       }
     } finally {
+      this.stopped = true;
       await c.end();
       if (this.listener) await this.listener.end();
     }
@@ -121,7 +211,7 @@ class Consumer {
       await c.query('COMMIT');
       return true;
     } catch (e) {
-      await c.query('ROLLBACK');
+      await c.query('ROLLBACK').catch(() => {}); // the connection may be gone (a failover)
       if (e.code === FENCED) {
         // Someone else holds the message now; our insert rolled back.
         this.fenced++;
@@ -158,9 +248,10 @@ async function fencingDemo(url, topic, group) {
 async function main() {
   const args = parseArgs(process.argv);
   const { channel, notify } = await setup(args.url, args.topic, args.group);
-  const c = await connect(args.url);
   const count = 'SELECT count(*) FROM processed WHERE topic = $1';
+  let c = await connect(args.url);
   const before = Number((await c.query(count, [args.topic])).rows[0].count);
+  await c.end();
 
   const consumer = new Consumer(args.url, args.topic, args.group, 'node-worker-1', channel, notify);
   const running = consumer.run(args.count);
@@ -168,6 +259,7 @@ async function main() {
   const ids = await publish(args.url, args.topic, args.count);
   await running;
 
+  c = await connect(args.url); // a new connection: an idle one may not have survived a failover
   const got = (await c.query('SELECT message_id FROM processed WHERE topic = $1 AND message_id = ANY($2) ORDER BY 1',
     [args.topic, ids]))
     .rows.map((r) => r.message_id);

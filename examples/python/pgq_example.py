@@ -11,6 +11,17 @@ acks it: the work and the ack commit together. An ack that pgq fences
 (SQLSTATE PGQ11: the lease expired and another member took the message)
 rolls the business transaction back. Exit status 0 when every message
 arrived exactly once.
+
+Across a failover (docs/ha.md): pass a multi-host URL with
+target_session_attrs=read-write (postgres://h1,h2,h3/db?target_session_attrs=read-write).
+The errors of a failover (must_reconnect: 25006, 57P01, 57P02, 57P03, class
+08, a lost connection) discard the connection and connect again; the
+consumer then LISTENs again and polls once (NOTIFY is not replicated). A
+publish whose COMMIT may or may not have happened (the connection was lost)
+is retried with the same dedupe_key, which returns the first message's id
+if it did commit. Never cancel a COMMIT (no conn.cancel(), no statement
+timeout around it): a COMMIT waiting for a synchronous standby that is
+cancelled returns OK although no standby has it.
 """
 import argparse
 import os
@@ -22,6 +33,30 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 FENCED = "PGQ11"  # docs/errors.md
+# Errors after which a connection is discarded and made again (docs/ha.md).
+RECONNECT_STATES = {"25006", "57P01", "57P02", "57P03"}
+
+
+def must_reconnect(e):
+    """A failover's error: the connection is lost, the server is shutting
+    down, or the node is (now) read-only. Connect again: a multi-host URL with
+    target_session_attrs=read-write finds the new primary."""
+    state = getattr(e, "sqlstate", None)
+    if state is None:
+        return isinstance(e, psycopg.OperationalError)  # connection lost, no server error
+    return state in RECONNECT_STATES or state.startswith("08")
+
+
+def connect(url, **kw):
+    """Connects, retrying a failover's errors for up to a minute."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return psycopg.connect(url, **kw)
+        except psycopg.Error as e:
+            if not must_reconnect(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def setup(conn, topic, group):
@@ -34,17 +69,35 @@ def setup(conn, topic, group):
 
 
 def publish(url, topic, count):
-    """The producer: each publish is part of a business transaction."""
+    """The producer: each publish is part of a business transaction, with a
+    dedupe_key so that it can be retried when its COMMIT's outcome is
+    unknown."""
     ids = []
-    with psycopg.connect(url) as conn:
+    run = f"{os.getpid()}-{time.time_ns()}"
+    conn = connect(url)
+    try:
         for i in range(count):
-            with conn.transaction():
-                # Gotcha: a dict must be wrapped in Jsonb() to be sent as jsonb.
-                (mid,) = conn.execute(
-                    "SELECT fanout.publish(%s, %s, headers => %s)",
-                    (topic, Jsonb({"n": i}), Jsonb({"source": "python"})),
-                ).fetchone()
-                ids.append(mid)
+            while True:
+                try:
+                    with conn.transaction():
+                        # Gotcha: a dict must be wrapped in Jsonb() to be sent as jsonb.
+                        (mid,) = conn.execute(
+                            "SELECT fanout.publish(%s, %s, headers => %s, dedupe_key => %s)",
+                            (topic, Jsonb({"n": i}), Jsonb({"source": "python"}), f"py-{run}-{i}"),
+                        ).fetchone()
+                    ids.append(mid)
+                    break
+                except psycopg.Error as e:
+                    if not must_reconnect(e):
+                        raise
+                    # If the connection died during COMMIT, the outcome is
+                    # unknown: the retry with the same dedupe_key returns the
+                    # first message's id if it did commit.
+                    print(f"publish: {e!r}: reconnecting, retrying with the same dedupe_key", file=sys.stderr)
+                    conn.close()
+                    conn = connect(url)
+    finally:
+        conn.close()
     return ids
 
 
@@ -59,13 +112,22 @@ class Consumer:
 
     def listen(self):
         # A dedicated autocommit connection; notifies() blocks, so it runs in
-        # its own (daemon) thread and wakes the consumer loop.
-        conn = psycopg.connect(self.url, autocommit=True)
-        conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self.channel)))
-        self.listening.set()
-        for _ in conn.notifies():
-            self.notifications += 1
-            self.wake.set()
+        # its own (daemon) thread and wakes the consumer loop. After a
+        # failover: connect again, LISTEN again, and poll once (wake), as
+        # notifications are not replicated.
+        while not self.stop.is_set():
+            try:
+                conn = connect(self.url, autocommit=True)
+                conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self.channel)))
+                self.listening.set()
+                self.wake.set()
+                for _ in conn.notifies():
+                    self.notifications += 1
+                    self.wake.set()
+            except psycopg.Error as e:
+                if not must_reconnect(e):
+                    raise
+                time.sleep(0.5)
 
     def run(self, want):
         self.listening = threading.Event()
@@ -73,20 +135,33 @@ class Consumer:
             threading.Thread(target=self.listen, daemon=True).start()
             self.listening.wait(10)
         done = 0
-        with psycopg.connect(self.url, autocommit=True) as conn:
+        conn = connect(self.url, autocommit=True)
+        try:
             while done < want and not self.stop.is_set():
                 self.wake.clear()
-                # read in its own short transaction (autocommit)
-                rows = conn.execute(
-                    "SELECT lease_id, message_id, payload, attempt"
-                    " FROM fanout.read(%s, %s, %s, max_messages => 10)",
-                    (self.topic, self.group, self.name),
-                ).fetchall()
-                for lease_id, message_id, payload, attempt in rows:
-                    if self.handle(conn, lease_id, message_id, payload):
-                        done += 1
+                try:
+                    # read in its own short transaction (autocommit)
+                    rows = conn.execute(
+                        "SELECT lease_id, message_id, payload, attempt"
+                        " FROM fanout.read(%s, %s, %s, max_messages => 10)",
+                        (self.topic, self.group, self.name),
+                    ).fetchall()
+                    for lease_id, message_id, payload, attempt in rows:
+                        if self.handle(conn, lease_id, message_id, payload):
+                            done += 1
+                except psycopg.Error as e:
+                    if not must_reconnect(e):
+                        raise
+                    # A failover: what this page did not ack comes back after
+                    # its lease; connect again (to the new primary) and read.
+                    print(f"consumer: {e!r}: reconnecting", file=sys.stderr)
+                    conn.close()
+                    conn = connect(self.url, autocommit=True)
+                    continue
                 if not rows:
                     self.wake.wait(1.0)  # LISTEN, or poll once a second
+        finally:
+            conn.close()
         return done
 
     def handle(self, conn, lease_id, message_id, payload):

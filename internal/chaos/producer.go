@@ -162,7 +162,7 @@ func (p *producers) txn(conn *pgx.Conn, txn, topic string, kind, n int, rollback
 		}
 		return 'R', nil
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
 		return 'U', err
 	}
 	return 'C', nil

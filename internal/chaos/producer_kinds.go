@@ -200,7 +200,7 @@ func (k *kconn) txn(txn, topic string, msgs []kmsg, rollback bool) (byte, error)
 		}
 		return 'R', nil
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
 		return 'U', err
 	}
 	return 'C', nil
