@@ -199,6 +199,22 @@ func TestConsoleBrowser(t *testing.T) {
 	require.Contains(t, dls[0][2], `HTTP 503 from warehouse`)
 	require.Regexp(t, `<td class="payload">\{"sku": "X-1", [^<]* … \([\d,]+ chars\)</td>`, dls[0][2])
 	require.NotContains(t, dom, `<section id="dead-letters" hidden="">`)
+
+	// The admin call of docs/console.md, verbatim (curl, CSRF cookie and
+	// token) resurrects the dead group it names: the action's event_log row
+	// names its actor.
+	out := runShell(t, t.TempDir(), nil, []string{"PGQ_CONSOLE_URL=" + strings.TrimSuffix(url, "/"),
+		"PGQ_CONSOLE_TOKEN=browser-test-token"},
+		docBlock(t, "docs/console.md", "tests/console_browser_test.go", "sh", "/api/admin/resurrect_group"))
+	t.Logf("docs/console.md's admin call: %s", out)
+	// (The row commits with the action; the group itself may be marked
+	// dead again by the sidecar's next detection: its heartbeat timeout is
+	// one second.)
+	var actor string
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT detail->>'actor' FROM fanout.event_log
+		WHERE kind = 'console_resurrect_group' AND topic = 'orders.events' AND group_name = 'legacy'
+		ORDER BY event_id DESC LIMIT 1`).Scan(&actor))
+	require.Equal(t, "alice", actor)
 }
 
 type domRow struct {
