@@ -67,6 +67,9 @@ type ConsoleConfig struct {
 	// <token>"), and never without a Token; the rest of the console stays
 	// read-only and open. Empty counts as beyond loopback.
 	ListenAddr string
+	// Database names the database when the sidecar serves several: the
+	// page shows it and links back to the index of all of them (/).
+	Database string
 }
 
 func (c ConsoleConfig) withDefaults() ConsoleConfig {

@@ -56,12 +56,13 @@ type pageData struct {
 	RefreshMS  int64
 	SidecarID  string
 	CSRFHeader string
+	Database   string // when the sidecar serves several databases
 }
 
 func (c *Console) handlePage(w http.ResponseWriter, r *http.Request) {
 	d := pageData{
 		CSRFToken: c.setCSRFCookie(w, r), Admin: c.cfg.Admin, RefreshMS: c.cfg.RefreshInterval.Milliseconds(),
-		SidecarID: c.sched.elector.ID(), CSRFHeader: CSRFHeader,
+		SidecarID: c.sched.elector.ID(), CSRFHeader: CSRFHeader, Database: c.cfg.Database,
 	}
 	var buf bytes.Buffer
 	if err := c.page.Execute(&buf, d); err != nil {

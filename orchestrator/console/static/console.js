@@ -178,7 +178,7 @@
 
   async function load() {
     try {
-      render(await getJSON("/api/overview"));
+      render(await getJSON("api/overview"));
       showError("");
       document.body.setAttribute("data-loaded", "true");
       if (dl) await loadDL();
@@ -208,7 +208,7 @@
     const q = "topic=" + encodeURIComponent(dl.topic) + "&group=" + encodeURIComponent(dl.group) + "&limit=50";
     // Beyond loopback the server shows payloads only to the admin token.
     const tok = admin ? document.getElementById("admin-token").value : "";
-    const rows = await getJSON("/api/dead_letters?" + q, tok ? { "Authorization": "Bearer " + tok } : {});
+    const rows = await getJSON("api/dead_letters?" + q, tok ? { "Authorization": "Bearer " + tok } : {});
     // Keep the operator's ticks across refreshes.
     const picked = new Set([...document.querySelectorAll(".dl-pick:checked")].map((c) => c.value));
     replace("#dl-table tbody", rows.map((d) => {
@@ -230,7 +230,7 @@
     sessionStorage.setItem("pgq-admin-actor", actor);
     sessionStorage.setItem("pgq-admin-token", token);
     if (!window.confirm(question)) return;
-    const r = await fetch("/api/admin/" + action, {
+    const r = await fetch("api/admin/" + action, {
       method: "POST", credentials: "same-origin",
       headers: { "Content-Type": "application/json", "Authorization": "Bearer " + token, [meta("pgq-csrf-header")]: csrf },
       body: JSON.stringify(Object.assign({ actor: actor }, body)),
@@ -242,7 +242,7 @@
     } else {
       msg.textContent = action + " refused: " + (res.error || r.status) + (res.code ? " [" + res.code + "]" : "");
       msg.className = "bad";
-      if (res.code === "csrf") { const t = await getJSON("/api/csrf"); csrf = t.csrf_token; }
+      if (res.code === "csrf") { const t = await getJSON("api/csrf"); csrf = t.csrf_token; }
     }
     await load();
   }
