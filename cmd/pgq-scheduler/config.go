@@ -51,6 +51,7 @@ type options struct {
 	console               bool
 	consoleAdmin          bool
 	consoleToken          string
+	consoleSample         time.Duration
 }
 
 // newFlagSet defines the flags of subcommand cmd.
@@ -88,7 +89,8 @@ func newFlagSet(cmd string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.backfillMatch, "backfill-match", orchestrator.DefaultBackfillMatch, "regular expression: matching functions are backfill steps, run through the adaptive driver")
 	fs.BoolVar(&o.console, "console", true, "serve the operator console (status page at /, JSON API at /api/) on --listen")
 	fs.BoolVar(&o.consoleAdmin, "console-admin", false, "enable the console's admin actions (resurrect, replay dead letters, cancel backfill); needs --console-token")
-	fs.StringVar(&o.consoleToken, "console-token", "", "secret the console's admin actions must present (Authorization: Bearer)")
+	fs.StringVar(&o.consoleToken, "console-token", "", "secret the console's admin actions must present (Authorization: Bearer); also shows a message's payload and headers")
+	fs.DurationVar(&o.consoleSample, "console-sample-interval", orchestrator.DefaultConsoleSampleInterval, "how often the console samples lag and throughput (its sparklines and rates), 1s..1h")
 	return fs
 }
 

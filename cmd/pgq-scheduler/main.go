@@ -245,8 +245,11 @@ func runScheduler(ctx context.Context, o *options, logger *slog.Logger) error {
 		return usageError{fmt.Errorf("run: %w", err)}
 	}
 	multi := len(urls) > 1
+	if o.consoleSample < time.Second || o.consoleSample > time.Hour {
+		return usageError{fmt.Errorf("run: --console-sample-interval %s: want between 1s and 1h", o.consoleSample)}
+	}
 	consoleCfg := orchestrator.ConsoleConfig{
-		Admin: o.consoleAdmin, Token: o.consoleToken,
+		Admin: o.consoleAdmin, Token: o.consoleToken, SampleInterval: o.consoleSample,
 		ListenAddr: o.listen, // beyond loopback: dead-letter payloads only with the token
 	}
 	if multi {
