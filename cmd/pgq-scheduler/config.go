@@ -52,6 +52,7 @@ type options struct {
 	consoleAdmin          bool
 	consoleToken          string
 	consoleSample         time.Duration
+	discoverDatabases     string
 }
 
 // newFlagSet defines the flags of subcommand cmd.
@@ -90,6 +91,7 @@ func newFlagSet(cmd string, o *options) *flag.FlagSet {
 	fs.BoolVar(&o.console, "console", true, "serve the operator console (status page at /, JSON API at /api/) on --listen")
 	fs.BoolVar(&o.consoleAdmin, "console-admin", false, "enable the console's admin actions (resurrect, replay dead letters, cancel backfill); needs --console-token")
 	fs.StringVar(&o.consoleToken, "console-token", "", "secret the console's admin actions must present (Authorization: Bearer); also shows a message's payload and headers")
+	fs.StringVar(&o.discoverDatabases, "discover-databases", "", "regular expression: serve every database of the --database-url's server whose name matches and that has pgq installed (found at start)")
 	fs.DurationVar(&o.consoleSample, "console-sample-interval", orchestrator.DefaultConsoleSampleInterval, "how often the console samples lag and throughput (its sparklines and rates), 1s..1h")
 	return fs
 }

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"regexp"
@@ -240,11 +241,26 @@ func runScheduler(ctx context.Context, o *options, logger *slog.Logger) error {
 	if len(urls) == 0 {
 		urls = []string{o.databaseURL}
 	}
+	if o.discoverDatabases != "" {
+		re, err := regexp.Compile(o.discoverDatabases)
+		if err != nil {
+			return usageError{fmt.Errorf("run: --discover-databases %q: %w", o.discoverDatabases, err)}
+		}
+		found, err := discoverDatabases(ctx, o, re, logger)
+		if err != nil {
+			return fmt.Errorf("run: --discover-databases: %w", err)
+		}
+		// The first URL names the server; further ones are served as well.
+		urls = append(found, urls[1:]...)
+		if len(urls) == 0 {
+			return fmt.Errorf("run: --discover-databases %q: no database of the server matches and has pgq installed", o.discoverDatabases)
+		}
+	}
 	names, err := siteNames(urls)
 	if err != nil {
 		return usageError{fmt.Errorf("run: %w", err)}
 	}
-	multi := len(urls) > 1
+	multi := len(urls) > 1 || o.discoverDatabases != ""
 	if o.consoleSample < time.Second || o.consoleSample > time.Hour {
 		return usageError{fmt.Errorf("run: --console-sample-interval %s: want between 1s and 1h", o.consoleSample)}
 	}
@@ -352,6 +368,68 @@ func runScheduler(ctx context.Context, o *options, logger *slog.Logger) error {
 		cancel()
 	}
 	return err
+}
+
+// discoverDatabases lists the databases of the server of --database-url
+// (once, at start) whose names match re and that have pgq installed, and
+// returns their URLs: the first URL with another database.
+func discoverDatabases(ctx context.Context, o *options, re *regexp.Regexp, logger *slog.Logger) ([]string, error) {
+	conn, err := connect(ctx, "run", o)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate ORDER BY datname`)
+	var all []string
+	if err == nil {
+		all, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	conn.Close(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list databases: %w", err)
+	}
+	var out []string
+	for _, name := range all {
+		if !re.MatchString(name) {
+			continue
+		}
+		u, err := withDatabase(o.databaseURL, name)
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := pgx.ParseConfig(u)
+		if err != nil {
+			return nil, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, o.connectTimeout)
+		c, err := pgx.ConnectConfig(cctx, cfg)
+		var installed bool
+		if err == nil {
+			err = c.QueryRow(cctx, `SELECT to_regproc('fanout.maint_operations') IS NOT NULL`).Scan(&installed)
+			c.Close(ctx)
+		}
+		cancel()
+		switch {
+		case err != nil:
+			logger.Warn("discovered database not reachable: skipped", "database", name, "error", err)
+		case !installed:
+			logger.Info("discovered database without pgq: skipped", "database", name)
+		default:
+			logger.Info("discovered database", "database", name)
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+// withDatabase returns connection string u naming database name instead.
+func withDatabase(u, name string) (string, error) {
+	if parsed, err := url.Parse(u); err == nil && (parsed.Scheme == "postgres" || parsed.Scheme == "postgresql") {
+		parsed.Path = "/" + name
+		parsed.RawPath = ""
+		return parsed.String(), nil
+	}
+	// key=value form: a later dbname wins.
+	return u + " dbname='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(name) + "'", nil
 }
 
 // siteNames names each database of `run` by its database name, or by

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgfanout/pgq/internal/testdb"
@@ -128,4 +131,52 @@ func TestSeveralDatabasesBadCommandLines(t *testing.T) {
 	require.ErrorContains(t, err, `database "app@127.0.0.1:1" is given twice`)
 	_, _, err = cli(t.Context(), nil, "status", "--database-url", u, "--database-url", "postgres://u@127.0.0.1:1/other")
 	require.ErrorContains(t, err, "one --database-url at a time")
+}
+
+// --discover-databases: the sidecar finds, on the server of --database-url,
+// the databases whose names match and that have pgq installed (a matching
+// database without pgq is skipped, and says so), and serves each.
+func TestBinaryDiscoversDatabases(t *testing.T) {
+	t.Parallel()
+	one, two := setup(t), setup(t)
+	bare := "pgq_t_bare_" + randHex()
+	admin, err := pgx.Connect(one.ctx, one.Admin)
+	require.NoError(t, err)
+	_, err = admin.Exec(one.ctx, `CREATE DATABASE `+bare)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), `DROP DATABASE IF EXISTS `+bare+` WITH (FORCE)`)
+		admin.Close(context.Background())
+	})
+	re := "^(" + one.DBName + "|" + two.DBName + "|" + bare + ")$"
+	cmd := exec.Command(binary(t), "run", "--listen", "127.0.0.1:0", "--jitter", "0",
+		"--database-url", one.Admin, "--discover-databases", re)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "PGQ_LEADER_ID=discover-1"}
+	stderr := &testdb.SyncBuffer{}
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("stderr:\n%s", stderr.String())
+		}
+	})
+	addr := "http://" + listenedAddr(t, stderr)
+	var h orchestrator.MultiHealth
+	require.Eventually(t, func() bool {
+		code, body := httpGet(addr + "/healthz")
+		h = orchestrator.MultiHealth{}
+		return code == http.StatusOK && json.Unmarshal([]byte(body), &h) == nil && len(h.Databases) == 2 &&
+			h.Databases[0].Health.Leader && h.Databases[1].Health.Leader
+	}, time.Minute, 100*time.Millisecond, "the leader of both databases with pgq")
+	got := []string{h.Databases[0].Database, h.Databases[1].Database}
+	want := []string{one.DBName, two.DBName}
+	slices.Sort(want)
+	require.Equal(t, want, got)
+	require.Contains(t, stderr.String(), `"msg":"discovered database without pgq: skipped","database":"`+bare+`"`)
+	_, metrics := httpGet(addr + "/metrics")
+	for _, b := range []*bundle{one, two} {
+		require.Contains(t, metrics, `pgq_scheduler_leader{database="`+b.DBName+`"} 1`)
+	}
 }
