@@ -67,6 +67,9 @@ type ConsoleConfig struct {
 	// <token>"), and never without a Token; the rest of the console stays
 	// read-only and open. Empty counts as beyond loopback.
 	ListenAddr string
+	// Database names the database when the sidecar serves several: the
+	// page shows it and links back to the index of all of them (/).
+	Database string
 }
 
 func (c ConsoleConfig) withDefaults() ConsoleConfig {
@@ -167,17 +170,26 @@ func (c *Console) Run(ctx context.Context) {
 func (c *Console) Sample(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()
-	rows, err := queryRows(ctx, c.db, `SELECT topic, group_name, lag_messages, lag_seconds FROM fanout.groups`)
+	rows, err := queryRows(ctx, c.db, `SELECT topic, group_name, lag_messages, lag_seconds, delivered FROM fanout.groups`)
 	if err != nil {
 		return fmt.Errorf("console: sample: %w", err)
+	}
+	// The publish counters (the topics' id sequences); without the
+	// privilege to read them, no publish or settle rates.
+	published, err := readPublished(ctx, c.db)
+	if err != nil {
+		c.log.Debug("console: publish counters not readable", "error", err)
+		published = map[string]int64{}
 	}
 	now := c.cfg.Clock.Now()
 	seen := make(map[groupKey]LagSample, len(rows))
 	for _, r := range rows {
 		m, _ := r.Float("lag_messages")
 		s, _ := r.Float("lag_seconds")
-		seen[groupKey{r.Text("topic"), r.Text("group_name")}] = LagSample{At: now, Messages: int64(m), Seconds: finite(s)}
+		d, _ := r.Float("delivered")
+		seen[groupKey{r.Text("topic"), r.Text("group_name")}] = LagSample{At: now, Messages: int64(m), Seconds: finite(s),
+			Delivered: int64(finite(d))}
 	}
-	c.hist.add(now, seen)
+	c.hist.add(now, seen, published)
 	return nil
 }

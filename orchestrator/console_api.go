@@ -23,10 +23,12 @@ type ConsoleOverview struct {
 	GeneratedAt time.Time   `json:"generated_at"`
 	Sidecar     SidecarView `json:"sidecar"`
 	Leader      *LeaderView `json:"leader"`
-	Topics      []TopicView `json:"topics"`
-	Groups      []GroupView `json:"groups"`
-	Jobs        []JobView   `json:"jobs"`
-	Events      []EventView `json:"events"`
+	// Page says which topics Topics holds (and Groups: theirs).
+	Page   PageView    `json:"page"`
+	Topics []TopicView `json:"topics"`
+	Groups []GroupView `json:"groups"`
+	Jobs   []JobView   `json:"jobs"`
+	Events []EventView `json:"events"`
 	// EventsError says why Events is empty when fanout.event_log is not
 	// readable (the sidecar's role is not the schema owner).
 	EventsError string `json:"events_error,omitempty"`
@@ -61,6 +63,14 @@ type TopicView struct {
 	Bytes         int64    `json:"bytes"`
 	DroppedUnread int64    `json:"dropped_unread"`
 	Channel       string   `json:"channel"`
+	// KeyPartitions is the topic's number of key partitions (P of
+	// create_topic(partitions => P)); 0 when unpartitioned. Partitions
+	// above counts its storage (table) partitions.
+	KeyPartitions int64 `json:"key_partitions"`
+	// PublishRate is messages published per second between the last two
+	// samples; null before the second sample or when not readable.
+	PublishRate    *float64      `json:"publish_rate"`
+	PublishHistory []TopicSample `json:"publish_history"`
 }
 
 // GroupView is one row of fanout.groups plus the newest dead letter's
@@ -88,6 +98,22 @@ type GroupView struct {
 	// reference group that started at latest).
 	Backfill   *BackfillView `json:"backfill"`
 	LagHistory []LagSample   `json:"lag_history"`
+	// DeliverRate and SettleRate are the last sample's throughput
+	// (LagSample); null before the second sample.
+	DeliverRate *float64 `json:"deliver_rate"`
+	SettleRate  *float64 `json:"settle_rate"`
+	// KeyPartitions lists the group's key partitions (partitioned topics
+	// only): owner and lag of each, as fanout.partitions shows them.
+	KeyPartitions []KeyPartitionView `json:"key_partitions"`
+}
+
+// KeyPartitionView is one row of fanout.partitions.
+type KeyPartitionView struct {
+	Partition   int64   `json:"partition"`
+	Owner       *string `json:"owner"`
+	LagMessages int64   `json:"lag_messages"`
+	LagSeconds  float64 `json:"lag_seconds"`
+	InFlight    int64   `json:"in_flight"`
 }
 
 // Member is a consumer seen in a group.
@@ -216,6 +242,7 @@ func topicView(r Row) TopicView {
 		ActiveGroups: intOf(r, "active_groups"), Messages: intOf(r, "messages"),
 		OldestAge: floatPtr(r, "oldest_message_age"), Partitions: intOf(r, "partitions"),
 		Bytes: intOf(r, "bytes"), DroppedUnread: intOf(r, "dropped_unread"), Channel: r.Text("channel"),
+		PublishHistory: []TopicSample{},
 	}
 }
 
@@ -226,7 +253,7 @@ func groupView(r Row) GroupView {
 		LagMessages: intOf(r, "lag_messages"), OldestUnacked: floatPtr(r, "oldest_unacked_age"),
 		InFlight: intOf(r, "in_flight"), RetryPending: intOf(r, "retry_pending"),
 		DeadLetters: intOf(r, "dead_letters"), LostMessages: intOf(r, "lost_messages"),
-		Delivered: intOf(r, "delivered"), LagHistory: []LagSample{},
+		Delivered: intOf(r, "delivered"), LagHistory: []LagSample{}, KeyPartitions: []KeyPartitionView{},
 	}
 	_, named := r["group_name"].(string)
 	g.Queue = !named
@@ -256,28 +283,36 @@ func nullIfEmpty(s string) *string {
 	return &s
 }
 
-// overview reads everything the page shows.
-func (c *Console) overview(ctx context.Context) (*ConsoleOverview, error) {
-	st, err := ReadStats(ctx, c.db, c.sched.cfg.LeaderName)
-	if err != nil {
-		return nil, err
+// overview reads everything the page shows: the topics of one page of f
+// (and their groups).
+func (c *Console) overview(ctx context.Context, f consoleFilter) (*ConsoleOverview, error) {
+	var installed bool
+	if err := c.db.QueryRow(ctx, `SELECT to_regclass('fanout.topics') IS NOT NULL`).Scan(&installed); err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	if !installed {
+		return nil, ErrNotInstalled
 	}
 	ov := &ConsoleOverview{
 		GeneratedAt: c.cfg.Clock.Now().UTC(),
 		Sidecar: SidecarView{ID: c.sched.elector.ID(), Leader: c.sched.IsLeader(), Admin: c.cfg.Admin,
 			RefreshSeconds: c.cfg.RefreshInterval.Seconds(), SampleSeconds: c.cfg.SampleInterval.Seconds()},
-		Topics: make([]TopicView, 0, len(st.Topics)),
-		Jobs:   c.jobs(),
+		Jobs: c.jobs(),
 	}
-	if st.Leader != nil {
-		ov.Leader = &LeaderView{ID: st.Leader.ID, ExpiresInSeconds: st.Leader.ExpiresIn.Seconds()}
-	}
-	for _, r := range st.Topics {
-		ov.Topics = append(ov.Topics, topicView(r))
-	}
-	if ov.Groups, err = c.groupViews(ctx, st.Groups); err != nil {
+	ov.Leader = c.leader(ctx)
+	topics, groups, page, err := c.pageRows(ctx, f)
+	if err != nil {
 		return nil, err
 	}
+	ov.Page = page
+	ov.Topics = make([]TopicView, 0, len(topics))
+	for _, r := range topics {
+		ov.Topics = append(ov.Topics, topicView(r))
+	}
+	if ov.Groups, err = c.groupViews(ctx, groups); err != nil {
+		return nil, err
+	}
+	c.addTopicDetails(ctx, ov.Topics, ov.Groups)
 	if ov.Events, err = c.events(ctx, DefaultConsoleEvents); err != nil {
 		if !isPrivilegeError(err) {
 			return nil, err
@@ -314,6 +349,9 @@ func (c *Console) groupViews(ctx context.Context, rows []Row) ([]GroupView, erro
 		k := groupKey{g.Topic, g.Group}
 		idx[k] = len(out)
 		g.LagHistory = c.hist.get(k)
+		if n := len(g.LagHistory); n > 0 {
+			g.DeliverRate, g.SettleRate = g.LagHistory[n-1].DeliverRate, g.LagHistory[n-1].SettleRate
+		}
 		if g.DeadLetters > 0 {
 			dlTopics = append(dlTopics, &g.Topic)
 			dlGroups = append(dlGroups, nullIfEmpty(g.Group))
@@ -350,6 +388,7 @@ func (c *Console) groupViews(ctx context.Context, rows []Row) ([]GroupView, erro
 	}
 	if len(out) > 0 {
 		c.addMembers(ctx, out, idx)
+		c.addKeyPartitions(ctx, out, idx)
 	}
 	return out, nil
 }
@@ -384,6 +423,14 @@ func (c *Console) addMembers(ctx context.Context, out []GroupView, idx map[group
 	}
 	if err := q.Err(); err != nil {
 		c.log.Debug("console: members not readable", "error", err)
+		return
+	}
+	// A group no member has read or heartbeated yet has no last heartbeat
+	// (fanout.groups shows its subscribe time there).
+	for i := range out {
+		if len(out[i].MemberList) == 0 {
+			out[i].LastHeartbeat = nil
+		}
 	}
 }
 
@@ -528,7 +575,12 @@ func limitParam(r *http.Request, def, most int) (int, error) {
 }
 
 func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request) {
-	ov, err := c.overview(r.Context())
+	f, err := filterParams(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	ov, err := c.overview(r.Context(), f)
 	if err != nil {
 		c.dbError(w, r, err)
 		return
@@ -546,6 +598,7 @@ func (c *Console) handleTopics(w http.ResponseWriter, r *http.Request) {
 	for _, row := range rows {
 		out = append(out, topicView(row))
 	}
+	c.addTopicDetails(r.Context(), out, nil)
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -17,6 +17,8 @@ import (
 //	                                the newest dead letters of a group (payload truncated)
 //	GET  /api/jobs                  this sidecar's maintenance jobs
 //	GET  /api/events[?limit=]       the newest fanout.event_log rows
+//	GET  /api/message?topic=&id=    one message: status per group (fanout.message_status), attempts;
+//	                                payload and headers only with the token
 //	GET  /api/csrf                  a CSRF token (cookie + body) for admin actions
 //	POST /api/admin/{action}        resurrect_group, replay_dead_letters, cancel_backfill
 func (c *Console) Handler(next http.Handler) http.Handler {
@@ -29,6 +31,7 @@ func (c *Console) Handler(next http.Handler) http.Handler {
 	mux.HandleFunc("GET /api/dead_letters", c.handleDeadLetters)
 	mux.HandleFunc("GET /api/jobs", c.handleJobs)
 	mux.HandleFunc("GET /api/events", c.handleEvents)
+	mux.HandleFunc("GET /api/message", c.handleMessage)
 	mux.HandleFunc("GET /api/csrf", c.handleCSRF)
 	mux.HandleFunc("POST /api/admin/{action}", c.handleAdmin)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
@@ -56,12 +59,13 @@ type pageData struct {
 	RefreshMS  int64
 	SidecarID  string
 	CSRFHeader string
+	Database   string // when the sidecar serves several databases
 }
 
 func (c *Console) handlePage(w http.ResponseWriter, r *http.Request) {
 	d := pageData{
 		CSRFToken: c.setCSRFCookie(w, r), Admin: c.cfg.Admin, RefreshMS: c.cfg.RefreshInterval.Milliseconds(),
-		SidecarID: c.sched.elector.ID(), CSRFHeader: CSRFHeader,
+		SidecarID: c.sched.elector.ID(), CSRFHeader: CSRFHeader, Database: c.cfg.Database,
 	}
 	var buf bytes.Buffer
 	if err := c.page.Execute(&buf, d); err != nil {

@@ -271,7 +271,7 @@ func TestConsolePage(t *testing.T) {
 	require.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
 	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "script-src 'self'")
 	page := string(body)
-	require.Contains(t, page, `<script src="/static/console.js" defer></script>`)
+	require.Contains(t, page, `<script src="static/console.js" defer></script>`)
 	require.Contains(t, page, `<meta name="pgq-admin" content="true">`)
 	require.Contains(t, page, `id="admin-token"`)
 	require.NotContains(t, page, "http://", "nothing is fetched from elsewhere")

@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -97,6 +98,13 @@ func TestConsoleBrowser(t *testing.T) {
 		`SELECT * FROM fanout.subscribe('audit.log', 'archive')`,
 		`SELECT fanout.publish('audit.log', jsonb_build_object('n', i)) FROM generate_series(1, 20000) i`,
 		`SELECT * FROM fanout.subscribe('audit.log', 'search', start_position => 'earliest', backfill_batch => 200)`,
+		// A topic with 8 key partitions, one member owning them.
+		`SELECT fanout.create_topic('orders.keyed', semantics => 'pubsub', partitions => 8)`,
+		`SELECT * FROM fanout.subscribe('orders.keyed', 'billing')`,
+		`SELECT count(fanout.publish('orders.keyed', jsonb_build_object('n', i), message_group => 'order-' || i)) FROM generate_series(1, 20) i`,
+		`SELECT count(*) FROM fanout.read('orders.keyed', 'billing', 'kw-1', max_messages => 5)`,
+		// More topics than a page holds (50), sorted after the others.
+		`SELECT count(fanout.create_topic('zz.bulk.' || i)) FROM generate_series(1, 60) i`,
 	} {
 		_, err := b.Pool.Exec(b.ctx, sql)
 		require.NoError(t, err, sql)
@@ -106,7 +114,8 @@ func TestConsoleBrowser(t *testing.T) {
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	cmd := exec.Command(bin, "run", "--listen", listen, "--jitter", "0", "--backfill-max-rate", "1", "--console-admin")
+	cmd := exec.Command(bin, "run", "--listen", listen, "--jitter", "0", "--backfill-max-rate", "1", "--console-admin",
+		"--console-sample-interval", "1s")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + b.URL, "PGQ_LEADER_ID=browser-test",
 		"PGQ_CONSOLE_TOKEN=browser-test-token"}
 	var stderr testdb.SyncBuffer
@@ -138,6 +147,37 @@ func TestConsoleBrowser(t *testing.T) {
 		return resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"leader": true`)
 	}, 30*time.Second, 100*time.Millisecond, "a healthy leader")
 
+	// Throughput: once the console has sampled the keyed topic, publish
+	// to it; a later sample has a publish rate above 0, and the group a
+	// settle rate.
+	overview := func() consoleOverview {
+		var ov consoleOverview
+		resp, err := http.Get(url + "api/overview?q=orders.keyed") //nolint:noctx // test
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&ov))
+		return ov
+	}
+	require.Eventually(t, func() bool {
+		ov := overview()
+		return len(ov.Topics) == 1 && len(ov.Topics[0].PublishHistory) > 0
+	}, time.Minute, 100*time.Millisecond, "the console sampled orders.keyed")
+	_, err := b.Pool.Exec(b.ctx, `SELECT count(fanout.publish('orders.keyed', jsonb_build_object('n', i), message_group => 'order-' || i))
+		FROM generate_series(21, 60) i`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		ov := overview()
+		published := false
+		for _, s := range ov.Topics[0].PublishHistory {
+			published = published || (s.PublishRate != nil && *s.PublishRate > 0)
+		}
+		settled := false
+		for _, g := range ov.Groups {
+			settled = len(g.LagHistory) > 1 && g.LagHistory[len(g.LagHistory)-1].SettleRate != nil
+		}
+		return published && settled
+	}, time.Minute, 100*time.Millisecond, "a publish rate above 0 and a settle rate")
+
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
 	defer cancel()
 	dom := string(headless(t, ctx, browser, url, "--dump-dom"))
@@ -155,7 +195,12 @@ func TestConsoleBrowser(t *testing.T) {
 	require.Contains(t, dom, `data-loaded="true"`, "the page loaded /api/overview")
 	require.NotContains(t, dom, `id="error" class="banner error">`, "no error banner")
 	rows := groupRows(t, dom)
-	require.Len(t, rows, 7, "every group of fanout.groups has a row")
+	for key := range rows {
+		if strings.HasPrefix(key, "zz.bulk.") {
+			delete(rows, key)
+		}
+	}
+	require.Len(t, rows, 8, "every group of the page's topics has a row")
 
 	dead := rows["orders.events/legacy"]
 	require.Equal(t, "dead", dead.status)
@@ -185,6 +230,94 @@ func TestConsoleBrowser(t *testing.T) {
 	require.Contains(t, rows["audit.log/search"].html, `<td class="backfill" data-status=`)
 	require.Contains(t, rows["orders.retry/"].html, `class="view-dl"`)
 
+	// Topics: a queue topic's implicit group counts as an active group;
+	// key partitions apart from storage partitions; the publish
+	// sparkline's scale.
+	topicRow := func(dom, topic string) string {
+		m := regexp.MustCompile(`(?s)<tr class="topic" data-topic="` + regexp.QuoteMeta(topic) + `">(.*?)</tr>`).FindStringSubmatch(dom)
+		require.NotNil(t, m, "topic row %s", topic)
+		return m[1]
+	}
+	require.Contains(t, topicRow(dom, "emails.send"), `<td class="num active-groups" data-value="1">1</td>`)
+	keyed := topicRow(dom, "orders.keyed")
+	require.Contains(t, keyed, `<td class="num key-partitions" data-value="8">8</td>`)
+	require.Regexp(t, `<td class="num storage-partitions" data-value="\d+">`, keyed)
+	require.Regexp(t, `<span class="scale" data-max="[0-9.]*[1-9][0-9.]*">max [0-9.,]+/s</span>`, keyed,
+		"the publish sparkline has a scale above 0")
+	// Groups: rates, the lag sparkline's scale, key partitions with
+	// owners, and no heartbeat for a group no member has used.
+	billing := rows["orders.keyed/billing"]
+	require.Regexp(t, `<td class="num deliver-rate" data-value="[0-9.]*">[0-9.,]+/s</td>`, billing.html)
+	require.Regexp(t, `<td class="num settle-rate" data-value="[0-9.]*">[0-9.,]+/s</td>`, billing.html)
+	require.Regexp(t, `<span class="scale" data-max="[0-9.]+">max [0-9,]+</span>`, billing.html)
+	require.Contains(t, billing.html, `<summary>8 (1 owner, `)
+	kp := regexp.MustCompile(`<tr class="key-partition" data-partition="(\d+)" data-owner="([^"]*)">`).FindAllStringSubmatch(dom, -1)
+	require.Len(t, kp, 8, "a row per key partition")
+	owned := 0
+	for _, k := range kp {
+		if k[2] == "kw-1" {
+			owned++
+		}
+	}
+	require.Positive(t, owned, "kw-1 owns the partitions it read")
+	require.Contains(t, rows["audit.log/archive"].html, `<td class="last-heartbeat">no member yet</td>`)
+	require.Regexp(t, `<td class="last-heartbeat">[^<]* ago</td>`, rows["orders.events/email"].html)
+
+	// Paging: 65 topics, 50 a page; search.
+	require.Regexp(t, `data-total="65" data-page="1" data-pages="2"`, dom)
+	page2 := string(headless(t, ctx, browser, url+"?page=2", "--dump-dom"))
+	require.Regexp(t, `data-total="65" data-page="2" data-pages="2"`, page2)
+	require.Len(t, regexp.MustCompile(`<tr class="topic" `).FindAllString(page2, -1), 15)
+	found := string(headless(t, ctx, browser, url+"?q=keyed", "--dump-dom"))
+	require.Regexp(t, `data-total="1" data-page="1" data-pages="1"`, found)
+	require.Len(t, regexp.MustCompile(`<tr class="topic" `).FindAllString(found, -1), 1)
+	require.Contains(t, found, `<tr class="topic" data-topic="orders.keyed">`)
+	require.Equal(t, "filter", regexp.MustCompile(`<input type="search" id="(filter)"`).FindStringSubmatch(found)[1])
+	deadOnly := string(headless(t, ctx, browser, url+"?status=dead", "--dump-dom"))
+	require.Regexp(t, `data-total="1" data-page="1" data-pages="1"`, deadOnly)
+	require.Len(t, groupRows(t, deadOnly), 1, "only the dead group")
+
+	// One message by id: its status with every group, as message_status
+	// gives it; payload and headers only with the token.
+	msgURL := url + "?message=orders.events&id=1"
+	msgDOM := string(headless(t, ctx, browser, msgURL, "--dump-dom"))
+	require.NoError(t, os.WriteFile(filepath.Join(consoleArtifacts, "message.html"), []byte(msgDOM), 0o644))
+	msgShot, err := filepath.Abs(filepath.Join(consoleArtifacts, "message.png"))
+	require.NoError(t, err)
+	headless(t, ctx, browser, msgURL, "--screenshot="+msgShot)
+	require.Contains(t, msgDOM, `<tr class="message-group" data-group="email" data-status="acked">`)
+	require.Contains(t, msgDOM, `<tr class="message-group" data-group="analytics" data-status="retry">`)
+	require.Contains(t, msgDOM, `id="msg-hidden"`)
+	require.NotContains(t, msgDOM, `42.50`, "no payload without the token")
+	getMsg := func(token string) map[string]any {
+		req, err := http.NewRequest(http.MethodGet, url+"api/message?topic=orders.events&id=1", nil) //nolint:noctx // test
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var m map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&m))
+		return m
+	}
+	m := getMsg("browser-test-token")
+	require.Equal(t, `{"order": 1, "total": 42.50}`, m["payload"])
+	require.Equal(t, `{}`, m["headers"])
+	require.Equal(t, false, m["payload_hidden"])
+	for _, g := range m["groups"].([]any) {
+		g := g.(map[string]any)
+		if g["group"] == "analytics" {
+			require.Equal(t, float64(1), g["attempts"], "a nacked message's attempts")
+			require.Equal(t, "warehouse down", g["last_error"])
+		}
+	}
+	m = getMsg("wrong")
+	require.Nil(t, m["payload"])
+	require.Equal(t, true, m["payload_hidden"])
+
 	// The link to a group's dead letters opens them, payload truncated.
 	dlURL := url + "?dead_letters=orders.retry&group="
 	dom = string(headless(t, ctx, browser, dlURL, "--dump-dom"))
@@ -199,6 +332,36 @@ func TestConsoleBrowser(t *testing.T) {
 	require.Contains(t, dls[0][2], `HTTP 503 from warehouse`)
 	require.Regexp(t, `<td class="payload">\{"sku": "X-1", [^<]* … \([\d,]+ chars\)</td>`, dls[0][2])
 	require.NotContains(t, dom, `<section id="dead-letters" hidden="">`)
+
+	// The admin call of docs/console.md, verbatim (curl, CSRF cookie and
+	// token) resurrects the dead group it names: the action's event_log row
+	// names its actor.
+	out := runShell(t, t.TempDir(), nil, []string{"PGQ_CONSOLE_URL=" + strings.TrimSuffix(url, "/"),
+		"PGQ_CONSOLE_TOKEN=browser-test-token"},
+		docBlock(t, "docs/console.md", "tests/console_browser_test.go", "sh", "/api/admin/resurrect_group"))
+	t.Logf("docs/console.md's admin call: %s", out)
+	// (The row commits with the action; the group itself may be marked
+	// dead again by the sidecar's next detection: its heartbeat timeout is
+	// one second.)
+	var actor string
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT detail->>'actor' FROM fanout.event_log
+		WHERE kind = 'console_resurrect_group' AND topic = 'orders.events' AND group_name = 'legacy'
+		ORDER BY event_id DESC LIMIT 1`).Scan(&actor))
+	require.Equal(t, "alice", actor)
+}
+
+// consoleOverview is the part of /api/overview the test reads.
+type consoleOverview struct {
+	Topics []struct {
+		PublishHistory []struct {
+			PublishRate *float64 `json:"publish_rate"`
+		} `json:"publish_history"`
+	} `json:"topics"`
+	Groups []struct {
+		LagHistory []struct {
+			SettleRate *float64 `json:"settle_rate"`
+		} `json:"lag_history"`
+	} `json:"groups"`
 }
 
 type domRow struct {

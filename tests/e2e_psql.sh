@@ -1,9 +1,22 @@
 #!/usr/bin/env bash
-# e2e_psql.sh [FILE.md ...] — runs every ```sql block of README.md (or of the
-# given Markdown files) VERBATIM in psql, against fresh databases migrated by
-# the pgq-scheduler binary, and compares the output the text shows: proof
-# that pgq needs no Go (or any client library) and that the README's SQL can
-# be pasted as it stands.
+# e2e_psql.sh [FILE.md ...] — runs every ```sql block of README.md and of the
+# reference pages in docs/ it links to (or of the given Markdown files)
+# VERBATIM in psql, against fresh databases migrated by the pgq-scheduler
+# binary, and compares the output the text shows: proof that pgq needs no Go
+# (or any client library) and that the documented SQL can be pasted as it
+# stands. Shell and Go blocks of those pages are checked too:
+#
+# - A ```sh block of a docs/ page must say how it is run (below): either it
+#   runs here, verbatim, in bash (-e, -u, -o pipefail) from the repository's
+#   root with DATABASE_URL set to a fresh, empty database, bin/ on PATH and
+#   GOBIN a temporary directory first on PATH; or a test named beside it
+#   reads it from the page and runs it. (The README's own shell blocks are
+#   `make run`, `make test` and psql: the README's reader runs them, and
+#   this script is run by the second.)
+# - A ```go block must be quoted verbatim (one tab deeper) from
+#   client/example_test.go, whose Example functions go test compiles and
+#   runs against a real database; a line "// ..." marks what the quote
+#   leaves out (the excerpts around it come in the file in that order).
 #
 # - Each "## " section of a file gets a database of its own; its blocks run in
 #   order in one psql session (so psql variables set with \gset and temporary
@@ -20,15 +33,20 @@
 #     <!-- e2e: roles NAME... -->    roles the block grants to are created
 #                                    before it and dropped at the end;
 #     <!-- e2e: run by FILE -->      the block needs a server setting a fresh
-#                                    database cannot have (pg_cron), and FILE,
-#                                    a test that reads it from the same .md
-#                                    file, runs it verbatim instead.
+#                                    database cannot have (pg_cron, a second
+#                                    cluster, a running sidecar), and FILE, a
+#                                    test that reads it from the same .md
+#                                    file, runs it verbatim instead;
+#     <!-- e2e: sh -->               (```sh blocks) run it here, as above.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${DATABASE_URL:?DATABASE_URL must point at a PostgreSQL server (make test sets it)}"
-[ $# -gt 0 ] || set -- README.md
+# The README and the reference pages split from it (docs/*.md pages of
+# their own, such as docs/capture.md, are run by their own tests).
+[ $# -gt 0 ] || set -- README.md docs/sql-api.md docs/security.md docs/operations.md docs/console.md \
+  docs/go-client.md docs/benchmarks.md docs/development.md
 exec python3 - "$@" <<'PY'
-import os, re, subprocess, sys, urllib.parse
+import os, re, subprocess, sys, tempfile, urllib.parse
 
 server = os.environ["DATABASE_URL"]
 env = dict(os.environ, PGOPTIONS="-c client_min_messages=warning")
@@ -41,8 +59,8 @@ def psql(url, sql):
     return subprocess.run(["psql", "-qX", "-v", "ON_ERROR_STOP=1", url, "-c", sql],
                           env=env, capture_output=True, text=True)
 
-# Blocks: (file, line, section, directive, lines).
-def blocks(path):
+# Blocks: (file, line, section, directive, lines), of one language.
+def blocks(path, lang="sql"):
     out, section, prev, inside, cur = [], "(before the first section)", "", False, None
     for n, line in enumerate(open(path, encoding="utf-8"), 1):
         line = line.rstrip("\n")
@@ -54,7 +72,7 @@ def blocks(path):
             continue
         if line.startswith("## "):
             section = line[3:].strip()
-        if line.strip() == "```sql":
+        if line.strip() == "```" + lang:
             m = re.fullmatch(r"<!--\s*e2e:\s*(.*?)\s*-->", prev.strip())
             cur = (path, n, section, m.group(1) if m else "", [])
             inside = True
@@ -225,6 +243,62 @@ for k, ((path, section), bs) in enumerate(sections):
             report(ok, "%s:%d shows its output" % (path, first), why + "\n  " + sql.replace("\n", "\n  "))
     finally:
         psql(server, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % db)
+
+def reads(other, path):
+    return os.path.isfile(other) and (path in open(other, encoding="utf-8").read()
+                                      or os.path.basename(path) in open(other, encoding="utf-8").read())
+
+# Shell blocks of docs/ pages: run here (e2e: sh) or by the test named.
+for path in sys.argv[1:]:
+    for (_, line, section, directive, lines) in blocks(path, "sh"):
+        where = "%s:%d (%s)" % (path, line, section)
+        if directive.startswith("run by "):
+            other = directive[len("run by "):].strip()
+            report(reads(other, path), "%s (shell) runs in %s, not here" % (where, other),
+                   "%s does not exist or does not read %s" % (other, path))
+            continue
+        if directive != "sh":
+            if os.path.basename(path) != "README.md":
+                report(False, where + ": a shell block no test runs (mark it <!-- e2e: sh --> or <!-- e2e: run by TEST -->)")
+            continue
+        db = "pgq_e2e_%d_sh%d" % (pid, line)
+        r = psql(server, "CREATE DATABASE " + db)
+        if r.returncode:
+            report(False, "create database " + db, r.stderr.strip()); continue
+        try:
+            with tempfile.TemporaryDirectory() as gobin:
+                shenv = dict(env, DATABASE_URL=with_db(server, db), GOBIN=gobin,
+                             PATH=gobin + os.pathsep + os.path.abspath("bin") + os.pathsep + os.environ["PATH"])
+                body = "\n".join(l for (_, l) in lines) + "\n"
+                run = subprocess.run(["bash", "-euo", "pipefail", "-c", body], env=shenv,
+                                     capture_output=True, text=True)
+                report(run.returncode == 0, "%s: shell block run verbatim" % where,
+                       "exit %d\n%s%s" % (run.returncode, run.stdout, run.stderr))
+        finally:
+            psql(server, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % db)
+
+# Go blocks: quoted from client/example_test.go.
+examples = open("client/example_test.go", encoding="utf-8").read()
+for path in sys.argv[1:]:
+    for (_, line, section, directive, lines) in blocks(path, "go"):
+        # "// ..." on a line of its own marks what the quote leaves out: the
+        # excerpts between such lines must come in this order.
+        excerpts, cur = [], []
+        for (_, l) in lines:
+            if l.strip() == "// ...":
+                excerpts.append(cur); cur = []
+            else:
+                cur.append(l)
+        excerpts.append(cur)
+        pos, missing = 0, None
+        for ex in excerpts:
+            body = "\n".join(("\t" + l) if l.strip() else "" for l in ex)
+            at = examples.find(body, pos)
+            if at < 0:
+                missing = body; break
+            pos = at + len(body)
+        report(missing is None, "%s:%d (%s): Go block quoted from client/example_test.go" % (path, line, section),
+               "not found verbatim (one tab deeper, after the excerpts before it) in client/example_test.go:\n%s" % missing)
 
 for role in sorted(set(roles)):
     r = psql(server, "DROP ROLE IF EXISTS %s" % role)

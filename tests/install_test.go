@@ -74,12 +74,13 @@ func queryStrings(t *testing.T, ctx context.Context, url, sql string) []string {
 	return out
 }
 
-// The README's backup and restore into another cluster, step by step: roles
+// The backup and restore into another cluster of docs/operations.md (its
+// block, verbatim): roles
 // first (pg_dumpall --roles-only), then pg_dump -Fc / pg_restore. The
 // restored database has the same catalog (every topic's generated objects
 // too), check_consistency() is clean, an in-flight lease is still acked,
 // publish and read work, the user's table came along and migrate is a
-// no-op. Then the README's uninstall on it: --roles refuses (2BP01, nothing
+// no-op. Then the uninstall of docs/operations.md on it: --roles refuses (2BP01, nothing
 // dropped) while another database of the cluster still uses the roles; once
 // that one is uninstalled, everything pgq made is gone, roles too, and the
 // user's table, its rows and the user's own role are untouched.
@@ -106,18 +107,21 @@ func TestBackupRestoreOtherClusterAndUninstall(t *testing.T) {
 	srcCatalog, err := release.Catalog(ctx, src)
 	require.NoError(t, err)
 
-	// Backup.
-	file := filepath.Join(t.TempDir(), "pgq.dump")
-	runCmd(t, pgBin(t, "pg_dump"), "-Fc", "-d", src, "-f", file)
-	// Roles first: they are cluster-wide, pg_dump does not carry them
-	// (psql goes on past "role ... already exists").
-	roles := filepath.Join(t.TempDir(), "roles.sql")
-	runCmd(t, pgBin(t, "pg_dumpall"), "--roles-only", "-d", admin, "-f", roles)
-	runCmd(t, pgBin(t, "psql"), "-q", "-d", other, "-f", roles)
-	dst, dropDst, err := release.TempDB(ctx, other, "pgq_t_restored")
-	require.NoError(t, err)
-	t.Cleanup(dropDst)
-	runCmd(t, pgBin(t, "pg_restore"), "--exit-on-error", "-d", dst, file)
+	// Backup and restore: the block of docs/operations.md, verbatim. Roles
+	// first: they are cluster-wide, pg_dump does not carry them (psql goes
+	// on past "role ... already exists"). It creates database app in the
+	// second cluster (dropped first, should a killed run have left it).
+	const page = "docs/operations.md"
+	dst := testdb.WithDatabase(other, "app")
+	dropApp := func() {
+		runCmd(t, pgBin(t, "psql"), "-qX", "-d", other, "-c", "DROP DATABASE IF EXISTS app WITH (FORCE)")
+	}
+	dropApp()
+	t.Cleanup(dropApp)
+	pgDir := filepath.Dir(pgBin(t, "pg_dump"))
+	runShell(t, t.TempDir(), []string{pgDir}, []string{"SOURCE_URL=" + src, "SOURCE_SERVER_URL=" + admin,
+		"TARGET_SERVER_URL=" + other, "TARGET_URL=" + dst},
+		docBlock(t, page, "tests/install_test.go", "sh", "pg_restore"))
 
 	dstCatalog, err := release.Catalog(ctx, dst)
 	require.NoError(t, err)
@@ -172,7 +176,10 @@ func TestBackupRestoreOtherClusterAndUninstall(t *testing.T) {
 
 	require.NoError(t, uninstall(second, false))
 	require.Equal(t, []string{"fanout_admin", "fanout_consumer", "fanout_producer"}, queryStrings(t, ctx, second, pgqObjects))
-	require.NoError(t, uninstall(dst, true))
+	// The uninstall block of docs/operations.md, verbatim: the schemas,
+	// then the roles too.
+	runShell(t, t.TempDir(), []string{filepath.Dir(buildScheduler(t))}, []string{"DATABASE_URL=" + dst},
+		docBlock(t, page, "tests/install_test.go", "sh", "pgq-scheduler uninstall"))
 	require.Empty(t, queryStrings(t, ctx, dst, pgqObjects))
 	require.NoError(t, uninstall(dst, true), "uninstall again: nothing left, no error")
 

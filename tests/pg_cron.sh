@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# pg_cron.sh [PORT] — pgq maintenance from pg_cron, as the README documents it.
+# pg_cron.sh [PORT] — pgq maintenance from pg_cron, as docs/operations.md documents it.
 #
 # Starts its own throwaway cluster `cron` (fresh every time) with
 # shared_preload_libraries = 'pg_cron' and cron.database_name = 'app',
-# migrates pgq into `app`, runs the README's pg_cron block verbatim
-# (taken from README.md, so the two cannot drift), and waits for pg_cron's
+# migrates pgq into `app`, runs the pg_cron block of
+# docs/operations.md verbatim (taken from the page, so the two cannot drift), and waits for pg_cron's
 # runs to (1) mark a silent group dead and (2) rotate a partition: the next
 # partition created, the old one closed. pg_cron 1.4 fires once a minute, so
 # this takes two to three minutes; `make test` runs it beside the Go tests.
@@ -22,14 +22,14 @@ bin/pgq-scheduler migrate --database-url "$url" >/dev/null
 
 q() { PGOPTIONS="-c client_min_messages=warning" psql -qXAt -v ON_ERROR_STOP=1 "$url" -c "$1"; }
 
-# The README's block (the one marked "<!-- e2e: run by tests/pg_cron.sh -->",
+# The page's block (the one marked "<!-- e2e: run by tests/pg_cron.sh -->",
 # which tests/e2e_psql.sh leaves to this script), run verbatim.
-block=$(awk '/<!-- e2e: run by tests\/pg_cron.sh -->/ {m=1; next} m && /^```sql/ {f=1; next} f && /^```/ {exit} f' README.md)
+block=$(awk '/<!-- e2e: run by tests\/pg_cron.sh -->/ {m=1; next} m && /^```sql/ {f=1; next} f && /^```/ {exit} f' docs/operations.md)
 case "$block" in *"SELECT cron.schedule('pgq-maintenance'"*) ;;
-  *) echo "FAIL pg_cron: the README has no block marked for tests/pg_cron.sh with cron.schedule('pgq-maintenance', ...)"; exit 1 ;;
+  *) echo "FAIL pg_cron: docs/operations.md has no block marked for tests/pg_cron.sh with cron.schedule('pgq-maintenance', ...)"; exit 1 ;;
 esac
 PGOPTIONS="-c client_min_messages=warning" psql -qX -v ON_ERROR_STOP=1 "$url" <<<"$block" >/dev/null
-echo "pg_cron $(q "SELECT extversion FROM pg_extension WHERE extname = 'pg_cron'"): the README's block, verbatim:"
+echo "pg_cron $(q "SELECT extversion FROM pg_extension WHERE extname = 'pg_cron'"): docs/operations.md's block, verbatim:"
 echo "$block" | sed 's/^/  /'
 
 # A group that never comes back (dead after one missed 1 s heartbeat), and a

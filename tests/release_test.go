@@ -244,7 +244,7 @@ func TestReleaseSyntheticUpgrade(t *testing.T) {
 	script(t, dir, admin, "make", "-s", "build")
 	out = script(t, dir, admin, "bin/pgq-scheduler", "version")
 	require.Regexp(t, `^pgq-scheduler v0\.0\.1 \(go[0-9.]+, schema version 3, SQL 0\.0\.1\)\n$`, out)
-	// The README's install line: go install from the checkout (no -ldflags:
+	// The install line of docs/operations.md: go install from the checkout (no -ldflags:
 	// the version comes from the embedded VERSION).
 	gobin := t.TempDir()
 	cmd := exec.Command("go", "install", "./cmd/pgq-scheduler")

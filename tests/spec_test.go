@@ -377,15 +377,15 @@ func (f *fakeT) FailNow()              { f.failed = true; runtime.Goexit() }
 func (f *fakeT) Helper()               {}
 func (f *fakeT) Cleanup(fn func())     { f.cleanups = append(f.cleanups, fn) }
 
-// The README quotes tests/specs/readme_example.spec; the quote must stay
+// docs/development.md quotes tests/specs/readme_example.spec; the quote must stay
 // what TestSpecs runs.
 func TestReadmeSpec(t *testing.T) {
 	t.Parallel()
 	spec, err := os.ReadFile(filepath.Join("specs", "readme_example.spec"))
 	require.NoError(t, err)
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "docs", "development.md"))
 	require.NoError(t, err)
 	body := string(spec)
 	body = body[strings.Index(body, "# invariant:"):]
-	require.Contains(t, string(readme), "```\n"+body+"```", "README.md must quote tests/specs/readme_example.spec from its invariant line on")
+	require.Contains(t, string(readme), "```\n"+body+"```", "docs/development.md must quote tests/specs/readme_example.spec from its invariant line on")
 }

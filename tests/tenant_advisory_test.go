@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// revokeAdvisoryLocks is the operator step of README, "What it does not
+// revokeAdvisoryLocks is the operator step of docs/security.md, "What it does not
 // cover" (Advisory locks), quoted there verbatim.
 const revokeAdvisoryLocks = `REVOKE EXECUTE ON FUNCTION
     pg_advisory_lock(bigint), pg_advisory_lock(int, int),
@@ -26,7 +26,7 @@ FROM PUBLIC;`
 // compute from a topic's name (or a maintenance job's), and PostgreSQL lets
 // every role take any advisory lock: a role without a single grant can stall
 // another tenant's topic, or make maintenance skip its runs. The operator
-// step in README revokes the advisory-lock functions from PUBLIC (per
+// step in docs/security.md revokes the advisory-lock functions from PUBLIC (per
 // database); pgq's functions run as their owner, so they keep working.
 func TestTenantAdvisoryLocksRevoked(t *testing.T) {
 	t.Parallel()
@@ -71,8 +71,8 @@ func TestTenantAdvisoryLocksRevoked(t *testing.T) {
 	_, err = b.Pool.Exec(b.ctx, `SELECT fanout.run_maintenance()`)
 	require.NoError(t, err)
 
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "docs", "security.md"))
 	require.NoError(t, err)
 	require.True(t, strings.Contains(string(readme), "```sql\n"+revokeAdvisoryLocks+"\n```"),
-		"README.md must quote the statement this test runs")
+		"docs/security.md must quote the statement this test runs")
 }

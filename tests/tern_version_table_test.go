@@ -15,7 +15,7 @@ import (
 
 // The tern CLI without --version-table records pgq's version in
 // public.schema_version; pgq-scheduler migrate then fails with 42P06, and
-// says why and what to do (the README's tern line has the flag). After the
+// says why and what to do (the tern line of docs/operations.md has the flag). After the
 // update it names, migrate is a no-op at the same version.
 func TestTernWithoutVersionTableHint(t *testing.T) {
 	t.Parallel()

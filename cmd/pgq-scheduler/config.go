@@ -21,7 +21,8 @@ import (
 // (--config / PGQ_CONFIG; key = value lines named like the flags), the
 // default.
 type options struct {
-	databaseURL    string
+	databaseURL    string   // the first of databaseURLs
+	databaseURLs   listFlag // run: one sidecar for several databases
 	configFile     string
 	logLevel       string
 	connectTimeout time.Duration
@@ -50,13 +51,15 @@ type options struct {
 	console               bool
 	consoleAdmin          bool
 	consoleToken          string
+	consoleSample         time.Duration
+	discoverDatabases     string
 }
 
 // newFlagSet defines the flags of subcommand cmd.
 func newFlagSet(cmd string, o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(discard{})
-	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection string")
+	fs.Var(&o.databaseURLs, "database-url", "PostgreSQL connection string (run: repeatable, one sidecar for several databases)")
 	fs.StringVar(&o.configFile, "config", "", "config file of key = value lines named like these flags")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (JSON logs on stderr)")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 10*time.Second, "how long to wait for the database at startup")
@@ -87,7 +90,9 @@ func newFlagSet(cmd string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.backfillMatch, "backfill-match", orchestrator.DefaultBackfillMatch, "regular expression: matching functions are backfill steps, run through the adaptive driver")
 	fs.BoolVar(&o.console, "console", true, "serve the operator console (status page at /, JSON API at /api/) on --listen")
 	fs.BoolVar(&o.consoleAdmin, "console-admin", false, "enable the console's admin actions (resurrect, replay dead letters, cancel backfill); needs --console-token")
-	fs.StringVar(&o.consoleToken, "console-token", "", "secret the console's admin actions must present (Authorization: Bearer)")
+	fs.StringVar(&o.consoleToken, "console-token", "", "secret the console's admin actions must present (Authorization: Bearer); also shows a message's payload and headers")
+	fs.StringVar(&o.discoverDatabases, "discover-databases", "", "regular expression: serve every database of the --database-url's server whose name matches and that has pgq installed (found at start)")
+	fs.DurationVar(&o.consoleSample, "console-sample-interval", orchestrator.DefaultConsoleSampleInterval, "how often the console samples lag and throughput (its sparklines and rates), 1s..1h")
 	return fs
 }
 
@@ -161,6 +166,12 @@ func parseOptions(cmd string, args []string, getenv func(string) string) (*optio
 			apply("config "+o.configFile, v)
 		}
 	})
+	if len(o.databaseURLs) > 0 {
+		o.databaseURL = o.databaseURLs[0]
+	}
+	if err == nil && cmd != "run" && len(o.databaseURLs) > 1 {
+		err = fmt.Errorf("%s: one --database-url at a time (only run serves several databases)", cmd)
+	}
 	return o, err
 }
 
@@ -197,6 +208,9 @@ func readConfigFile(path string) (map[string]string, error) {
 		if !known[k] || k == "config" {
 			return nil, fmt.Errorf("config %s:%d: unknown setting %q", path, n, k)
 		}
+		if k == "database-url" && out[k] != "" {
+			v = out[k] + "\n" + v // several databases: one line each
+		}
 		out[k] = v
 	}
 	if err := sc.Err(); err != nil {
@@ -210,6 +224,21 @@ func joinEntries(a, b string) string {
 		return b
 	}
 	return a + ";" + b
+}
+
+// listFlag is a repeatable flag; a value from the config file holds one
+// entry per line.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, " ") }
+
+func (l *listFlag) Set(v string) error {
+	for _, e := range strings.Split(v, "\n") {
+		if e = strings.TrimSpace(e); e != "" {
+			*l = append(*l, e)
+		}
+	}
+	return nil
 }
 
 // mapFlag is a repeatable FUNC=VALUE flag; one value may hold several

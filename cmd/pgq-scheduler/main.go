@@ -3,7 +3,7 @@
 // copies), serves Prometheus /metrics and /healthz, and prints status.
 //
 //	pgq-scheduler migrate --database-url URL
-//	pgq-scheduler run     --database-url URL --listen 127.0.0.1:9187
+//	pgq-scheduler run     --database-url URL [--database-url URL2 ...] --listen 127.0.0.1:9187
 //	pgq-scheduler status  --database-url URL
 //	pgq-scheduler version
 //	pgq-scheduler uninstall [--roles] --database-url URL
@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"regexp"
@@ -235,46 +237,62 @@ func runScheduler(ctx context.Context, o *options, logger *slog.Logger) error {
 		return usageError{fmt.Errorf("run: %w", err)}
 	}
 
-	pcfg, err := pgxpool.ParseConfig(o.databaseURL)
-	if err != nil {
-		return usageError{fmt.Errorf("run: invalid database URL: %w", err)}
+	urls := o.databaseURLs
+	if len(urls) == 0 {
+		urls = []string{o.databaseURL}
 	}
-	pcfg.MaxConns = int32(o.maxConns)
-	if pcfg.ConnConfig.ConnectTimeout == 0 {
-		pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
-	}
-	pcfg.HealthCheckPeriod = 10 * time.Second
-	setAppName(pcfg.ConnConfig.RuntimeParams)
-	orchestrator.WatchPreparedStatements(pcfg.ConnConfig, logger)
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return fmt.Errorf("run: %w", err)
-	}
-	defer pool.Close()
-	pctx, cancel := context.WithTimeout(ctx, o.connectTimeout)
-	err = pingWithRetry(pctx, pool)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("run: database unreachable: %w", err)
-	}
-	if o.migrate {
-		if v, err := orchestrator.MigrateURL(ctx, o.databaseURL); err != nil {
-			return fmt.Errorf("run: %w", err)
-		} else {
-			logger.Info("schema migrated", "version", v)
+	if o.discoverDatabases != "" {
+		re, err := regexp.Compile(o.discoverDatabases)
+		if err != nil {
+			return usageError{fmt.Errorf("run: --discover-databases %q: %w", o.discoverDatabases, err)}
+		}
+		found, err := discoverDatabases(ctx, o, re, logger)
+		if err != nil {
+			return fmt.Errorf("run: --discover-databases: %w", err)
+		}
+		// The first URL names the server; further ones are served as well.
+		urls = append(found, urls[1:]...)
+		if len(urls) == 0 {
+			return fmt.Errorf("run: --discover-databases %q: no database of the server matches and has pgq installed", o.discoverDatabases)
 		}
 	}
-	var installed bool
-	if err := pool.QueryRow(ctx, `SELECT to_regproc('fanout.maint_operations') IS NOT NULL`).Scan(&installed); err != nil {
-		return fmt.Errorf("run: %w", err)
-	}
-	if !installed {
-		return fmt.Errorf("run: %w, or pass --migrate", orchestrator.ErrNotInstalled)
-	}
-
-	s, err := orchestrator.NewScheduler(pool, scfg)
+	names, err := siteNames(urls)
 	if err != nil {
 		return usageError{fmt.Errorf("run: %w", err)}
+	}
+	multi := len(urls) > 1 || o.discoverDatabases != ""
+	if o.consoleSample < time.Second || o.consoleSample > time.Hour {
+		return usageError{fmt.Errorf("run: --console-sample-interval %s: want between 1s and 1h", o.consoleSample)}
+	}
+	consoleCfg := orchestrator.ConsoleConfig{
+		Admin: o.consoleAdmin, Token: o.consoleToken, SampleInterval: o.consoleSample,
+		ListenAddr: o.listen, // beyond loopback: dead-letter payloads only with the token
+	}
+	if multi {
+		// One CSRF key for every database's console: they share the cookie.
+		consoleCfg.CSRFKey = make([]byte, 32)
+		if _, err := rand.Read(consoleCfg.CSRFKey); err != nil {
+			return fmt.Errorf("run: %w", err)
+		}
+	}
+	sites := make([]orchestrator.Site, 0, len(urls))
+	for i, u := range urls {
+		log := logger
+		if multi {
+			log = logger.With("database", names[i])
+			log.Info("serving database", "database_index", i)
+		}
+		site, closePool, err := openSite(ctx, o, u, names[i], scfg, consoleCfg, log, multi)
+		if closePool != nil {
+			defer closePool()
+		}
+		if err != nil {
+			if multi {
+				return fmt.Errorf("database %s: %w", names[i], err)
+			}
+			return err
+		}
+		sites = append(sites, site)
 	}
 
 	runCtx, stopRun := context.WithCancel(ctx)
@@ -283,17 +301,19 @@ func runScheduler(ctx context.Context, o *options, logger *slog.Logger) error {
 	var srv *http.Server
 	srvErr := make(chan error, 1)
 	if o.listen != "" {
-		h := s.Handler()
-		if o.console {
-			c, err := orchestrator.NewConsole(pool, s, orchestrator.ConsoleConfig{
-				Logger: logger, Admin: o.consoleAdmin, Token: o.consoleToken,
-				ListenAddr: o.listen, // beyond loopback: dead-letter payloads only with the token
-			})
-			if err != nil {
-				return usageError{fmt.Errorf("run: %w", err)}
+		var h http.Handler
+		if multi {
+			h = orchestrator.MultiHandler(sites, nil)
+		} else {
+			h = sites[0].Sched.Handler()
+			if sites[0].Console != nil {
+				h = sites[0].Console.Handler(h)
 			}
-			h = c.Handler(h)
-			go c.Run(runCtx)
+		}
+		for _, site := range sites {
+			if site.Console != nil {
+				go site.Console.Run(runCtx)
+			}
 		}
 		ln, err := net.Listen("tcp", o.listen)
 		if err != nil {
@@ -307,14 +327,40 @@ func runScheduler(ctx context.Context, o *options, logger *slog.Logger) error {
 			logger.Info("serving the console", "url", "http://"+ln.Addr().String()+"/", "admin", o.consoleAdmin)
 		}
 	}
-	runErr := make(chan error, 1)
-	go func() { runErr <- s.Run(runCtx) }()
+	// Every database's scheduler runs (its own leader election and jobs);
+	// the first to fail stops them all.
+	runErr := make(chan error, len(sites))
+	for _, site := range sites {
+		go func() {
+			err := site.Sched.Run(runCtx)
+			if err != nil && multi {
+				err = fmt.Errorf("database %s: %w", site.Name, err)
+			}
+			stopRun()
+			runErr <- err
+		}()
+	}
+	wait := func() error {
+		var first error
+		for range sites {
+			if err := <-runErr; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
 	select {
 	case err = <-runErr:
+		stopRun()
+		for range sites[1:] {
+			if e := <-runErr; e != nil && err == nil {
+				err = e
+			}
+		}
 	case err = <-srvErr:
 		err = fmt.Errorf("run: http server: %w", err)
 		stopRun()
-		<-runErr
+		_ = wait()
 	}
 	if srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -322,6 +368,155 @@ func runScheduler(ctx context.Context, o *options, logger *slog.Logger) error {
 		cancel()
 	}
 	return err
+}
+
+// discoverDatabases lists the databases of the server of --database-url
+// (once, at start) whose names match re and that have pgq installed, and
+// returns their URLs: the first URL with another database.
+func discoverDatabases(ctx context.Context, o *options, re *regexp.Regexp, logger *slog.Logger) ([]string, error) {
+	conn, err := connect(ctx, "run", o)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate ORDER BY datname`)
+	var all []string
+	if err == nil {
+		all, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	conn.Close(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list databases: %w", err)
+	}
+	var out []string
+	for _, name := range all {
+		if !re.MatchString(name) {
+			continue
+		}
+		u, err := withDatabase(o.databaseURL, name)
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := pgx.ParseConfig(u)
+		if err != nil {
+			return nil, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, o.connectTimeout)
+		c, err := pgx.ConnectConfig(cctx, cfg)
+		var installed bool
+		if err == nil {
+			err = c.QueryRow(cctx, `SELECT to_regproc('fanout.maint_operations') IS NOT NULL`).Scan(&installed)
+			c.Close(ctx)
+		}
+		cancel()
+		switch {
+		case err != nil:
+			logger.Warn("discovered database not reachable: skipped", "database", name, "error", err)
+		case !installed:
+			logger.Info("discovered database without pgq: skipped", "database", name)
+		default:
+			logger.Info("discovered database", "database", name)
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+// withDatabase returns connection string u naming database name instead.
+func withDatabase(u, name string) (string, error) {
+	if parsed, err := url.Parse(u); err == nil && (parsed.Scheme == "postgres" || parsed.Scheme == "postgresql") {
+		parsed.Path = "/" + name
+		parsed.RawPath = ""
+		return parsed.String(), nil
+	}
+	// key=value form: a later dbname wins.
+	return u + " dbname='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(name) + "'", nil
+}
+
+// siteNames names each database of `run` by its database name, or by
+// database@host:port where two URLs name databases of the same name.
+func siteNames(urls []string) ([]string, error) {
+	names := make([]string, len(urls))
+	count := map[string]int{}
+	cfgs := make([]*pgx.ConnConfig, len(urls))
+	for i, u := range urls {
+		c, err := pgx.ParseConfig(u)
+		if err != nil {
+			return nil, fmt.Errorf("invalid database URL #%d: %w", i+1, err)
+		}
+		cfgs[i] = c
+		count[c.Database]++
+	}
+	for i, c := range cfgs {
+		names[i] = c.Database
+		if count[c.Database] > 1 {
+			names[i] = fmt.Sprintf("%s@%s:%d", c.Database, c.Host, c.Port)
+		}
+	}
+	if err := orchestrator.CheckSiteNames(names); err != nil {
+		return nil, err
+	}
+	return names, nil
+}
+
+// openSite connects to one database of `run` (waiting for it up to
+// --connect-timeout), migrates it with --migrate, and builds its scheduler
+// and (with --console) its console. The returned func closes its pool.
+func openSite(ctx context.Context, o *options, dbURL, name string, scfg orchestrator.SchedulerConfig,
+	ccfg orchestrator.ConsoleConfig, logger *slog.Logger, multi bool) (orchestrator.Site, func(), error) {
+	site := orchestrator.Site{Name: name}
+	pcfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return site, nil, usageError{fmt.Errorf("run: invalid database URL: %w", err)}
+	}
+	pcfg.MaxConns = int32(o.maxConns)
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	pcfg.HealthCheckPeriod = 10 * time.Second
+	setAppName(pcfg.ConnConfig.RuntimeParams)
+	orchestrator.WatchPreparedStatements(pcfg.ConnConfig, logger)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return site, nil, fmt.Errorf("run: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, o.connectTimeout)
+	err = pingWithRetry(pctx, pool)
+	cancel()
+	if err != nil {
+		return site, pool.Close, fmt.Errorf("run: database unreachable: %w", err)
+	}
+	if o.migrate {
+		v, err := orchestrator.MigrateURL(ctx, dbURL)
+		if err != nil {
+			return site, pool.Close, fmt.Errorf("run: %w", err)
+		}
+		logger.Info("schema migrated", "version", v)
+	}
+	var installed bool
+	if err := pool.QueryRow(ctx, `SELECT to_regproc('fanout.maint_operations') IS NOT NULL`).Scan(&installed); err != nil {
+		return site, pool.Close, fmt.Errorf("run: %w", err)
+	}
+	if !installed {
+		return site, pool.Close, fmt.Errorf("run: %w, or pass --migrate", orchestrator.ErrNotInstalled)
+	}
+	scfg.Logger = logger
+	s, err := orchestrator.NewScheduler(pool, scfg)
+	if err != nil {
+		return site, pool.Close, usageError{fmt.Errorf("run: %w", err)}
+	}
+	site.Sched = s
+	if o.listen != "" && o.console {
+		ccfg.Logger = logger
+		if multi {
+			ccfg.Database = name
+		}
+		c, err := orchestrator.NewConsole(pool, s, ccfg)
+		if err != nil {
+			return site, pool.Close, usageError{fmt.Errorf("run: %w", err)}
+		}
+		site.Console = c
+	}
+	return site, pool.Close, nil
 }
 
 // pingWithRetry pings until it works or ctx ends (a database that is still
@@ -408,7 +603,8 @@ func printHelp(w io.Writer) {
 
 Usage:
   pgq-scheduler migrate [flags]   apply the embedded migrations
-  pgq-scheduler run     [flags]   run maintenance (one leader among all copies), serve the console, /metrics and /healthz
+  pgq-scheduler run     [flags]   run maintenance (one leader among all copies), serve the console, /metrics and /healthz;
+                                  --database-url repeated: one sidecar for several databases, each with its own leader
   pgq-scheduler status  [flags]   print topics, groups, lag, dead groups and backfills
   pgq-scheduler uninstall [flags] remove pgq from the database (schemas fanout and fanout_data, the
                                   version table; --roles: the three roles too); nothing else is touched
