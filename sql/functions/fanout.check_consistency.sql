@@ -10,6 +10,10 @@
 -- topic's required_mask matches its groups, and no pending message still
 -- requires a group that is gone (dead or cancelled with its release done,
 -- or deleted).
+-- Tables are looked up in pg_class under the statement's snapshot, the one
+-- the catalog rows are read with (to_regclass reads the newest catalog: a
+-- partition dropped by maintenance while this ran was reported as
+-- catalogued but missing).
 -- Reports on every tenant, so the caller needs an admin grant on '%' (all
 -- topics, fanout._authorize_all); raises PGQ21 otherwise.
 -- Tables: every fanout table, pg_class, fanout_data.* (reference mode).
@@ -68,11 +72,11 @@ BEGIN
     UNION ALL
     SELECT t.topic, NULL, NULL, 'error', format('partition %s is catalogued but does not exist', p.relname)
     FROM fanout.partition p JOIN fanout.topic t USING (topic_id)
-    WHERE to_regclass(format('fanout_data.%I', p.relname)) IS NULL
+    WHERE NOT fanout._data_table_exists(p.relname)
     UNION ALL
     SELECT t.topic, NULL, NULL, 'error', format('table of dedupe keys %s does not exist', t.data_table || '_dedupe')
     FROM fanout.topic t
-    WHERE to_regclass(format('fanout_data.%I', t.data_table || '_dedupe')) IS NULL
+    WHERE NOT fanout._data_table_exists(t.data_table || '_dedupe')
     UNION ALL
     -- The drop rule (docs/architecture.md, "Partitions"): a message a group
     -- holds (parked for its sequence's turn, waiting for a retry, under an

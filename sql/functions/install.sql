@@ -25,6 +25,7 @@
 {{ template "fanout._create_page_function.sql" . }}
 {{ template "fanout._create_page_functions.sql" . }}
 {{ template "fanout._create_partition.sql" . }}
+{{ template "fanout._data_table_exists.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
 {{ template "fanout._delivery_time.sql" . }}
 {{ template "fanout._done_bits.sql" . }}

@@ -17,6 +17,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._check_subscribe_limits.sql" . }}
 {{ template "fanout._check_topic_settings.sql" . }}
 {{ template "fanout._create_page_functions.sql" . }}
+{{ template "fanout._data_table_exists.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
 {{ template "fanout._group_read.sql" . }}
 {{ template "fanout._group_unread.sql" . }}
@@ -38,6 +39,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._window_walk.sql" . }}
 {{ template "fanout._cleanup_bookkeeping.sql" . }}
 {{ template "fanout.alter_topic.sql" . }}
+{{ template "fanout.check_consistency.sql" . }}
 {{ template "fanout.create_topic.sql" . }}
 {{ template "fanout.drop_topic.sql" . }}
 {{ template "fanout.message_status.sql" . }}
