@@ -7,7 +7,7 @@
 CREATE OR REPLACE FUNCTION fanout._data_table_exists(p_relname text)
 RETURNS boolean
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
     SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                    WHERE n.nspname = 'fanout_data' AND c.relname = p_relname);
