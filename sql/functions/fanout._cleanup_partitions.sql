@@ -27,7 +27,7 @@
 -- (fanout._summarize_partitions), which keeps the per-group checks and loss
 -- counts look-ups rather than scans.
 -- Bounded: at most 10 partitions per call. Returns how many were emptied;
--- call again while it returns > 0. Takes its own advisory lock.
+-- call again while it returns > 0. Takes its own lock row (fanout._try_lock).
 -- Tables: fanout.partition, fanout.consumer_group, fanout.lease,
 -- fanout.retry, fanout.seq_wait, fanout.seq_lost, fanout.topic, fanout.event_log, fanout_data.*
 -- (message partitions and their completion partitions).
@@ -51,7 +51,7 @@ DECLARE
     v_held     bigint;
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_partitions', 0)) THEN
+    IF NOT fanout._try_lock('maint:cleanup_partitions') THEN
         RETURN 0;
     END IF;
     FOR v_t IN SELECT * FROM fanout.topic t ORDER BY t.topic_id LOOP

@@ -47,7 +47,7 @@
 --   transaction elsewhere cannot stop rotation for good.
 -- Must run in READ COMMITTED (each statement needs a fresh snapshot).
 -- Bounded: at most 50 steps per call. Returns the number of steps done;
--- call again while it returns > 0. Takes its own advisory lock (returns 0 if
+-- call again while it returns > 0. Takes its own lock row, fanout._try_lock (returns 0 if
 -- another caller holds it).
 -- A topic whose step fails is logged (fanout._maint_failed) and skipped.
 -- Never waits for a tenant: before a step it locks the topic's row without
@@ -84,7 +84,7 @@ BEGIN
         RAISE EXCEPTION 'fanout._manage_partitions must run in READ COMMITTED, not %',
             upper(current_setting('transaction_isolation')) USING ERRCODE = 'PGQ09';
     END IF;
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:manage_partitions', 0)) THEN
+    IF NOT fanout._try_lock('maint:manage_partitions') THEN
         RETURN 0;
     END IF;
     DELETE FROM fanout.maint_skip s  -- of topics dropped since

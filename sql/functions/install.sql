@@ -67,6 +67,7 @@
 {{ template "fanout._partition_floor.sql" . }}
 {{ template "fanout._publish_one.sql" . }}
 {{ template "fanout._publish_sequenced.sql" . }}
+{{ template "fanout._quota_check.sql" . }}
 {{ template "fanout._reconcile_stamps.sql" . }}
 {{ template "fanout._release_holds.sql" . }}
 {{ template "fanout._release_lost.sql" . }}
@@ -90,11 +91,11 @@
 {{ template "fanout._summarize_partitions.sql" . }}
 {{ template "fanout._table_writers.sql" . }}
 {{ template "fanout._topic.sql" . }}
-{{ template "fanout._topic_lock_key.sql" . }}
 {{ template "fanout._topic_stats.sql" . }}
 {{ template "fanout._topic_view.sql" . }}
 {{ template "fanout._touch_member.sql" . }}
 {{ template "fanout._transition.sql" . }}
+{{ template "fanout._try_lock.sql" . }}
 {{ template "fanout._vxids_block.sql" . }}
 {{ template "fanout._window_page_priority.sql" . }}
 {{ template "fanout._window_scan.sql" . }}
@@ -105,6 +106,7 @@
 {{ template "fanout._cleanup_partitions.sql" . }}
 {{ template "fanout._detect_dead_groups.sql" . }}
 {{ template "fanout._manage_partitions.sql" . }}
+{{ template "fanout._measure_usage.sql" . }}
 {{ template "fanout._refresh_topic_state.sql" . }}
 {{ template "fanout._sequence_gap_alerts.sql" . }}
 {{ template "fanout.leader_attempt.sql" . }}
@@ -135,6 +137,7 @@
 {{ template "fanout.resurrect_group.sql" . }}
 {{ template "fanout.revoke_topic.sql" . }}
 {{ template "fanout.seek.sql" . }}
+{{ template "fanout.set_quota.sql" . }}
 {{ template "fanout.stuck_messages.sql" . }}
 {{ template "fanout.unsubscribe.sql" . }}
 -- API: publish, subscribe, read, ack (fanout_producer, fanout_consumer).
