@@ -129,6 +129,17 @@ func TestReleaseSyntheticUpgrade(t *testing.T) {
 				}
 			}
 		}
+		// Schema changes made since the last release (sql/upgrade) belong,
+		// in a tree never released, to the schema migration itself.
+		for _, f := range []string{"sql/upgrade/before.sql", "sql/upgrade/after.sql"} {
+			up, err := os.ReadFile(filepath.Join(dir, f))
+			require.NoError(t, err)
+			schema, err := os.ReadFile(filepath.Join(dir, "sql/migrations/001_schema.sql"))
+			require.NoError(t, err)
+			writeFile(t, filepath.Join(dir, "sql/migrations/001_schema.sql"), string(schema)+"\n"+string(up))
+			header := regexp.MustCompile(`(?s)^((?:--[^\n]*\n)*).*$`).ReplaceAllString(string(up), "$1")
+			writeFile(t, filepath.Join(dir, f), header)
+		}
 		cmd := exec.Command("scripts/resnapshot-dev.sh")
 		cmd.Dir = dir
 		out, err := cmd.CombinedOutput()

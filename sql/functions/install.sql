@@ -52,6 +52,7 @@
 {{ template "fanout._liveness.sql" . }}
 {{ template "fanout._lock_group.sql" . }}
 {{ template "fanout._lock_lease.sql" . }}
+{{ template "fanout._lock_row_wait.sql" . }}
 {{ template "fanout._maint_failed.sql" . }}
 {{ template "fanout._maint_lock_topic.sql" . }}
 {{ template "fanout._maint_skipped.sql" . }}

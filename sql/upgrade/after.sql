@@ -3,8 +3,9 @@
 -- fanout.regenerate_topics(). Keep each statement bounded: the migration is
 -- one transaction. scripts/release.sh empties it after the release.
 
--- Every topic's lock row for the reconciliation of its stamps
--- (fanout._reconcile_stamps; create_topic makes it for new topics).
+-- Every topic's lock rows: of the reconciliation of its stamps
+-- (fanout._reconcile_stamps) and of subscribes of new groups
+-- (fanout.subscribe); create_topic makes them for new topics.
 INSERT INTO fanout.lock_row (name)
-SELECT 'reconcile:' || t.topic_id FROM fanout.topic t
+SELECT k || t.topic_id FROM fanout.topic t, unnest(ARRAY['reconcile:', 'subscribe:']) k
 ON CONFLICT DO NOTHING;

@@ -26,7 +26,8 @@ AS $fn$
 DECLARE
     v_id    bigint;
     v_table text;
-    v_q     fanout.quota_block;
+    v_qpat  text;
+    v_qmax  bigint;
 BEGIN
     PERFORM fanout._authorize(p_topic, p_privilege);
     IF p_topic IS NULL THEN
@@ -43,10 +44,10 @@ BEGIN
             USING ERRCODE = 'PGQ01', HINT = 'it was dropped while this call waited';
     END;
     IF p_privilege = 'publish' THEN
-        SELECT * INTO v_q FROM fanout.quota_block q WHERE q.topic_id = v_id;
+        SELECT q.pattern, q.max_bytes INTO v_qpat, v_qmax FROM fanout.quota_block q WHERE q.topic_id = v_id;
         IF FOUND THEN
             RAISE EXCEPTION 'quota reached: the topics matching % may retain at most % bytes together',
-                quote_literal(v_q.pattern), v_q.max_bytes
+                quote_literal(v_qpat), v_qmax
                 USING ERRCODE = 'PGQ25',
                       HINT = 'publishing resumes once maintenance measures them under it (consume, or lower retention), or the operator raises it (fanout.set_quota)';
         END IF;

@@ -134,8 +134,10 @@ BEGIN
     v_new.seq_name := v_new.data_table || '_id_seq';
     UPDATE fanout.topic t SET data_table = v_new.data_table, seq_name = v_new.seq_name
     WHERE t.topic_id = v_new.topic_id;
-    -- The lock row of its stamps' reconciliation (fanout._reconcile_stamps).
-    INSERT INTO fanout.lock_row (name) VALUES ('reconcile:' || v_new.topic_id) ON CONFLICT DO NOTHING;
+    -- Its lock rows: of its stamps' reconciliation (fanout._reconcile_stamps)
+    -- and of subscribes of new groups (fanout.subscribe).
+    INSERT INTO fanout.lock_row (name) VALUES ('reconcile:' || v_new.topic_id), ('subscribe:' || v_new.topic_id)
+    ON CONFLICT DO NOTHING;
 
     EXECUTE format('CREATE SEQUENCE fanout_data.%I AS bigint MINVALUE 1 START 1', v_new.seq_name);
     -- txid first: publish takes its xid before its id (see _manage_partitions).

@@ -83,7 +83,7 @@ BEGIN
     DELETE FROM fanout.lease l
     WHERE l.group_id IN (SELECT g.group_id FROM fanout.consumer_group g WHERE g.topic_id = v_t.topic_id);
     -- Its lock row, usage and quota block (no foreign keys).
-    DELETE FROM fanout.lock_row r WHERE r.name = 'reconcile:' || v_t.topic_id;
+    DELETE FROM fanout.lock_row r WHERE r.name IN ('reconcile:' || v_t.topic_id, 'subscribe:' || v_t.topic_id);
     DELETE FROM fanout.topic_usage u WHERE u.topic_id = v_t.topic_id;
     DELETE FROM fanout.quota_block q WHERE q.topic_id = v_t.topic_id;
     DELETE FROM fanout.topic t WHERE t.topic_id = v_t.topic_id;

@@ -17,7 +17,7 @@
 -- cancelled: choose another name), PGQ17 (65th group in reference mode),
 -- PGQ19 (not a pubsub topic), PGQ25 (a groups quota of a grant matching the
 -- topic: fanout.set_quota).
--- Tables: fanout.topic (its row locked for a new group), fanout.topic_grant
+-- Tables: fanout.topic, fanout.lock_row (the topic's, for a new group), fanout.topic_grant
 -- (quota rows locked), fanout.consumer_group, fanout.kpart (partitioned topics:
 -- the group's partition cursors), fanout.event_log, fanout_data.*.
 CREATE OR REPLACE FUNCTION fanout.subscribe(
@@ -77,12 +77,13 @@ BEGIN
     WHERE g.topic_id = v_t.topic_id AND g.group_name = $2 FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         -- A new group: creators of new groups on the topic go one at a time
-        -- on the topic's row (new groups are rare; an existing group's
+        -- on the topic's lock row (new groups are rare; an existing group's
         -- subscribe, every member's restart, takes only its own row). A row
-        -- lock of pgq's own, not an advisory lock any role could take on the
-        -- names. Then the group again: a creator that held the row before
-        -- this one committed it meanwhile (a fresh snapshot in READ COMMITTED).
-        PERFORM 1 FROM fanout.topic t WHERE t.topic_id = v_t.topic_id FOR NO KEY UPDATE;
+        -- of pgq's own, not an advisory lock any role could take on the
+        -- names, nor the topic's row (regenerate_topics and publish lock
+        -- it). Then the group again: a creator that held the row before this
+        -- one committed it meanwhile (a fresh snapshot in READ COMMITTED).
+        PERFORM fanout._lock_row_wait('subscribe:' || v_t.topic_id);
         SELECT * INTO v_g FROM fanout.consumer_group g
         WHERE g.topic_id = v_t.topic_id AND g.group_name = $2 FOR NO KEY UPDATE;
     END IF;

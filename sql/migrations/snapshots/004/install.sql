@@ -7,6 +7,7 @@ DROP FUNCTION IF EXISTS fanout._topic_lock_key(text);
 DROP VIEW IF EXISTS fanout.topic_grants;
 -- Code files new or changed since the release, in install order; grants and triggers always.
 {{ template "fanout._enter.sql" . }}
+{{ template "fanout._lock_row_wait.sql" . }}
 {{ template "fanout._maint_lock_topic.sql" . }}
 {{ template "fanout._quota_check.sql" . }}
 {{ template "fanout._reconcile_stamps.sql" . }}
