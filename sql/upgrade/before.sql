@@ -13,7 +13,10 @@
 -- lock needs UPDATE on the table, which nobody but the owner has. Rows are
 -- created when first needed; drop_topic deletes its topic's.
 CREATE TABLE IF NOT EXISTS fanout.lock_row (
-    name  text PRIMARY KEY
+    name          text PRIMARY KEY,
+    -- A maintenance function that works through the topics in slices
+    -- resumes after this topic id on its next call (0: from the start).
+    resume_after  bigint NOT NULL DEFAULT 0
 );
 REVOKE ALL ON fanout.lock_row FROM PUBLIC;
 
