@@ -24,6 +24,8 @@ var wantSummaryKeys = []string{
 	"lt_bloat_bytes_max_pct",
 	"lt_cleanup_vs_production_min",
 	"lt_fetch_p95_max_ms",
+	"maint5000_longest_call_ms",
+	"maint5000_round_ms",
 	"publish_vs_insert_4c",
 }
 

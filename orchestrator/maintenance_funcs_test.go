@@ -34,7 +34,7 @@ func TestMaintenanceFunctionsMatchOperations(t *testing.T) {
 	}
 	slices.Sort(names)
 	require.Equal(t, listed, names)
-	require.Len(t, names, 8)
+	require.Len(t, names, 9)
 }
 
 // At start the scheduler registers every maintenance function, due or not,
@@ -45,14 +45,14 @@ func TestRunRegistersAllMaintenanceAtStart(t *testing.T) {
 	s := b.scheduler(t, SchedulerConfig{LeaderID: "m", Schedules: map[string]string{cleanupPartitions: "@every 1m"}})
 	require.Len(t, s.Jobs(), 1, "only discover before Run")
 	start(t, s)
-	require.Eventually(t, func() bool { return len(s.Jobs()) == 9 }, 60*time.Second, 10*time.Millisecond,
-		"discover plus the eight maintenance functions")
+	require.Eventually(t, func() bool { return len(s.Jobs()) == 10 }, 60*time.Second, 10*time.Millisecond,
+		"discover plus the nine maintenance functions")
 	require.Equal(t, "@every 1m", jobStatus(t, s, cleanupPartitions).Schedule)
 	require.Equal(t, DefaultScheduleFor(managePartitions, false), jobStatus(t, s, managePartitions).Schedule)
 	require.Equal(t, DefaultBackfillSchedule, jobStatus(t, s, "fanout._bitmap_step").Schedule)
 
 	logs := b.logs.String()
-	require.Contains(t, logs, `"msg":"maintenance functions","count":8`)
+	require.Contains(t, logs, `"msg":"maintenance functions","count":9`)
 	require.Contains(t, logs, `"fanout._cleanup_partitions @every 1m"`)
 	require.True(t, strings.Contains(logs, `"fanout._detect_dead_groups `+DefaultScheduleFor("fanout._detect_dead_groups", false)+`"`))
 }

@@ -129,16 +129,17 @@ func TestReleaseSyntheticUpgrade(t *testing.T) {
 				}
 			}
 		}
-		// The schema changes of the next release (sql/upgrade/before.sql)
-		// belong to the schema of a tree never released: into 001, so that
-		// 002/003, re-frozen from the tree, find what they use.
-		before, err := os.ReadFile(filepath.Join(dir, "sql/upgrade/before.sql"))
-		require.NoError(t, err)
-		schema, err := os.ReadFile(filepath.Join(dir, "sql/migrations/001_schema.sql"))
-		require.NoError(t, err)
-		writeFile(t, filepath.Join(dir, "sql/migrations/001_schema.sql"), string(schema)+"\n"+string(before))
-		writeFile(t, filepath.Join(dir, "sql/upgrade/before.sql"),
-			regexp.MustCompile(`(?m)^[^-\n].*\n?`).ReplaceAllString(string(before), ""))
+		// Schema changes made since the last release (sql/upgrade) belong,
+		// in a tree never released, to the schema migration itself.
+		for _, f := range []string{"sql/upgrade/before.sql", "sql/upgrade/after.sql"} {
+			up, err := os.ReadFile(filepath.Join(dir, f))
+			require.NoError(t, err)
+			schema, err := os.ReadFile(filepath.Join(dir, "sql/migrations/001_schema.sql"))
+			require.NoError(t, err)
+			writeFile(t, filepath.Join(dir, "sql/migrations/001_schema.sql"), string(schema)+"\n"+string(up))
+			header := regexp.MustCompile(`(?s)^((?:--[^\n]*\n)*).*$`).ReplaceAllString(string(up), "$1")
+			writeFile(t, filepath.Join(dir, f), header)
+		}
 		cmd := exec.Command("scripts/resnapshot-dev.sh")
 		cmd.Dir = dir
 		out, err := cmd.CombinedOutput()
@@ -244,7 +245,7 @@ func TestReleaseSyntheticUpgrade(t *testing.T) {
 	script(t, dir, admin, "make", "-s", "build")
 	out = script(t, dir, admin, "bin/pgq-scheduler", "version")
 	require.Regexp(t, `^pgq-scheduler v0\.0\.1 \(go[0-9.]+, schema version 3, SQL 0\.0\.1\)\n$`, out)
-	// The install line of docs/operations.md: go install from the checkout (no -ldflags:
+	// The README's install line: go install from the checkout (no -ldflags:
 	// the version comes from the embedded VERSION).
 	gobin := t.TempDir()
 	cmd := exec.Command("go", "install", "./cmd/pgq-scheduler")

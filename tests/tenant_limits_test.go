@@ -472,26 +472,16 @@ func TestMaintenancePoisonedBitmapJob(t *testing.T) {
 	require.Len(t, b.read(t, b.Pool, "r.good", ptr("late"), "c", 10, "1 minute"), 5)
 }
 
-// Users of one topic on different backends take different advisory keys
-// (fanout._enter: one of the topic's 32 keys, by backend pid), so that they
-// do not all queue on one lock-manager partition; drop_topic still waits
-// for every one of them, whichever key it took.
+// Users of one topic on different backends each hold ACCESS SHARE on the
+// topic's message table (fanout._enter: a relation lock, which takes the
+// lock manager's fast path, and which no tenant without privileges on
+// fanout_data can take by name); drop_topic waits for every one of them.
 func TestDropTopicWaitsForEveryKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.createTopic(t, b.Pool, "spread")
 	b.publish(t, b.Pool, "spread", `{}`)
-	// Two holders whose pids differ modulo 32 (spare connections are closed
-	// with the test).
-	var holders []*pgx.Conn
-	first := b.Conn(t)
-	holders = append(holders, first)
-	for len(holders) < 2 {
-		c := b.Conn(t)
-		if c.PgConn().PID()%32 != first.PgConn().PID()%32 {
-			holders = append(holders, c)
-		}
-	}
+	holders := []*pgx.Conn{b.Conn(t), b.Conn(t)}
 	var txs []pgx.Tx
 	var pids []uint32
 	for _, c := range holders {
@@ -504,10 +494,13 @@ func TestDropTopicWaitsForEveryKey(t *testing.T) {
 		txs = append(txs, tx)
 		pids = append(pids, c.PgConn().PID())
 	}
-	var keys int
-	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT count(DISTINCT (classid, objid)) FROM pg_locks
-		WHERE locktype = 'advisory' AND mode = 'ShareLock' AND pid = ANY ($1)`, pids).Scan(&keys))
-	require.Equal(t, 2, keys, "the two users of the topic share one advisory key")
+	var users, advisory int
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT count(DISTINCT pid) FILTER (WHERE locktype = 'relation'
+		AND relation = (SELECT format('fanout_data.%I', data_table)::regclass FROM fanout.topic WHERE topic = 'spread')
+		AND mode = 'AccessShareLock' AND granted), count(*) FILTER (WHERE locktype = 'advisory')
+		FROM pg_locks WHERE pid = ANY ($1)`, pids).Scan(&users, &advisory))
+	require.Equal(t, 2, users, "both users of the topic hold its table")
+	require.Zero(t, advisory, "and no advisory lock")
 
 	dropper := b.Conn(t)
 	_, err := dropper.Exec(b.ctx, "SET lock_timeout = '200ms'")

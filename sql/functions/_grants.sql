@@ -59,6 +59,8 @@ GRANT EXECUTE ON FUNCTION
     fanout._detect_dead_groups(timestamptz),
     fanout._cleanup_groups(timestamptz),
     fanout._sequence_gap_alerts(timestamptz),
+    fanout._measure_usage(timestamptz),
+    fanout.set_quota(text, regrole, text, bigint, bigint, bigint),
     fanout._bitmap_step(timestamptz, bigint),
     fanout._refresh_topic_state(timestamptz),
     fanout.cancel_backfill(text, text),

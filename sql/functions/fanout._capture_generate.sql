@@ -1,14 +1,14 @@
 -- fanout._capture_generate(p_capture_id): (re)creates the capture's trigger
 -- function fanout_data.capture_<id>() (fanout.capture_table's four
 -- statement-level AFTER triggers run it) from the capture's row: the table's
--- name, the topic's id and lock key, the key columns, columns and
+-- name, the topic's id, the key columns, columns and
 -- exclude_columns are compiled in, so each statement runs static SQL whose
 -- plans the session keeps (the generic trigger planned a FULL JOIN of every
 -- statement's rows and published through fanout.publish_batch's checks and
 -- dynamic SQL: 0.7 ms a single-row statement). The generated function:
---   * checks the writer's publish grant (fanout._may; PGQ21 through
---     fanout._authorize) and takes the topic's shared use lock (as
---     fanout._enter), so neither a capture nor a forged trigger lets a
+--   * enters the topic as every publish does (fanout._enter: the writer's
+--     publish grant, PGQ21; the bytes quota, PGQ25; ACCESS SHARE on the
+--     topic's table), so neither a capture nor a forged trigger lets a
 --     writer publish where it may not, and the topic cannot be dropped
 --     under the statement;
 --   * builds the messages set-based from the transition tables (shape:
@@ -81,10 +81,9 @@ BEGIN
             v_nokey    boolean;
             v_i        int;
         BEGIN
-            IF NOT fanout._may(%2$L, 'publish') THEN
-                PERFORM fanout._authorize(%2$L, 'publish');
-            END IF;
-            PERFORM pg_advisory_xact_lock_shared(%3$s::bigint # (pg_backend_pid() %% 32));
+            -- The writer's publish grant, the bytes quota, and the topic's
+            -- table locked against a concurrent drop, as every publish.
+            PERFORM fanout._enter(%2$L, 'publish');
             SELECT * INTO v_t FROM fanout.topic t WHERE t.topic = %2$L;
             IF TG_OP = 'TRUNCATE' THEN
                 v_payloads := ARRAY[jsonb_build_object('op', 'truncate', 'table', v_table)];
@@ -173,7 +172,7 @@ BEGIN
             RETURN NULL;
         END
         %12$s$ddl$,
-        v_fn, v_t.topic, fanout._topic_lock_key(v_t.topic), v_img, v_key, v_grp, NULL, v_t.topic_id,
+        v_fn, v_t.topic, NULL, v_img, v_key, v_grp, NULL, v_t.topic_id,
         v_t.data_table || '_insert_batch', v_nokey, array_to_string(v_c.key_columns, ', '), v_tag);
         EXIT WHEN length(v_sql) - length(replace(v_sql, v_tag, '')) = 2 * length(v_tag);
     END LOOP;

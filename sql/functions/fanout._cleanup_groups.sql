@@ -4,7 +4,7 @@
 -- their leases, retries, dead letters and members. A deleted group's name can
 -- be subscribed again.
 -- Bounded: at most 1,000 groups per call. Returns how many were deleted; call
--- again while it returns > 0. Takes its own advisory lock. Never waits for
+-- again while it returns > 0. Takes its own lock row (fanout._try_lock). Never waits for
 -- a group's row (a drop_topic left open in a transaction holds every row of
 -- its topic's groups): a locked group is left to a later call.
 -- Tables: fanout.consumer_group (cascading), fanout.lease, fanout.event_log.
@@ -18,7 +18,7 @@ DECLARE
     v_gone bigint[];
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_groups', 0)) THEN
+    IF NOT fanout._try_lock('maint:cleanup_groups') THEN
         RETURN 0;
     END IF;
     WITH gone AS (

@@ -26,8 +26,14 @@
 -- Offset topics: closed partitions are summarized first
 -- (fanout._summarize_partitions), which keeps the per-group checks and loss
 -- counts look-ups rather than scans.
--- Bounded: at most 10 partitions per call. Returns how many were emptied;
--- call again while it returns > 0. Takes its own advisory lock.
+-- Bounded: at most 10 partitions and 100 topics per call, and no new topic
+-- once the call has run 500 ms: it works through the topics that have a
+-- closed partition (or, in reference mode, stamps to reconcile) in slices,
+-- resuming after the last one on the next call (fanout.lock_row's
+-- resume_after), so thousands of topics never make one call long or make it
+-- hold thousands of locks. Returns how many partitions were emptied, plus
+-- one while the pass over the topics is not finished; call again while it
+-- returns > 0. Takes its own lock row (fanout._try_lock).
 -- Tables: fanout.partition, fanout.consumer_group, fanout.lease,
 -- fanout.retry, fanout.seq_wait, fanout.seq_lost, fanout.topic, fanout.event_log, fanout_data.*
 -- (message partitions and their completion partitions).
@@ -49,12 +55,34 @@ DECLARE
     v_done_rel text;
     v_dead_ref boolean;
     v_held     bigint;
+    v_after    bigint;
+    v_last     bigint;
+    v_seen     int := 0;
+    v_more     boolean := false;
+    v_start    timestamptz := clock_timestamp();
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_partitions', 0)) THEN
+    IF NOT fanout._try_lock('maint:cleanup_partitions') THEN
         RETURN 0;
     END IF;
-    FOR v_t IN SELECT * FROM fanout.topic t ORDER BY t.topic_id LOOP
+    SELECT l.resume_after INTO v_after FROM fanout.lock_row l WHERE l.name = 'maint:cleanup_partitions';
+    FOR v_t IN
+        SELECT * FROM fanout.topic t
+        WHERE t.topic_id > coalesce(v_after, 0)
+          AND (EXISTS (SELECT 1 FROM fanout.partition p WHERE p.topic_id = t.topic_id AND p.closed_at IS NOT NULL)
+               OR t.completion = 'reference' AND EXISTS (SELECT 1 FROM fanout.stamp_pending s WHERE s.topic_id = t.topic_id))
+        ORDER BY t.topic_id
+        LIMIT 101
+    LOOP
+        IF v_seen = 100 OR v_done >= 10 OR clock_timestamp() - v_start > interval '500 ms' THEN
+            v_more := true;  -- the rest on the next call
+            IF v_done >= 10 THEN
+                v_last := v_last - 1;  -- from the last topic again: it may have more to empty
+            END IF;
+            EXIT;
+        END IF;
+        v_seen := v_seen + 1;
+        v_last := v_t.topic_id;
         BEGIN  -- one topic's failure is logged and skipped (fanout._maint_failed)
         -- A topic whose row another transaction holds (an alter or a drop,
         -- maybe a tenant's left open) is passed by, not waited for.
@@ -207,6 +235,8 @@ BEGIN
             PERFORM fanout._maint_failed('fanout._cleanup_partitions', v_t.topic_id, NULL, SQLSTATE, SQLERRM);
         END;
     END LOOP;
-    RETURN v_done;
+    UPDATE fanout.lock_row l SET resume_after = CASE WHEN v_more THEN v_last ELSE 0 END
+    WHERE l.name = 'maint:cleanup_partitions';
+    RETURN v_done + CASE WHEN v_more THEN 1 ELSE 0 END;
 END
 $fn$;

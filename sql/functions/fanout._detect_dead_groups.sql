@@ -8,7 +8,7 @@
 -- A group that fails is logged (fanout._maint_failed) and skipped.
 -- Bounded: at most 1,000 groups per call. Returns how many groups changed
 -- (miss count or status); call again while it returns > 0. Takes its own
--- advisory lock.
+-- lock row (fanout._try_lock).
 -- Tables: fanout.consumer_group, fanout.member, fanout.event_log.
 CREATE OR REPLACE FUNCTION fanout._detect_dead_groups(p_now timestamptz DEFAULT now())
 RETURNS int
@@ -20,7 +20,7 @@ DECLARE
     v_done  int := 0;
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:detect_dead_groups', 0)) THEN
+    IF NOT fanout._try_lock('maint:detect_dead_groups') THEN
         RETURN 0;
     END IF;
     FOR g IN

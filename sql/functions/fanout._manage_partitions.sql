@@ -46,8 +46,8 @@
 --   back only while it holds the topic's table: a session idle in a
 --   transaction elsewhere cannot stop rotation for good.
 -- Must run in READ COMMITTED (each statement needs a fresh snapshot).
--- Bounded: at most 50 steps per call. Returns the number of steps done;
--- call again while it returns > 0. Takes its own advisory lock (returns 0 if
+-- Bounded: at most 50 steps per call, none begun after 500 ms. Returns the number of steps done;
+-- call again while it returns > 0. Takes its own lock row, fanout._try_lock (returns 0 if
 -- another caller holds it).
 -- A topic whose step fails is logged (fanout._maint_failed) and skipped.
 -- Never waits for a tenant: before a step it locks the topic's row without
@@ -78,13 +78,14 @@ DECLARE
     v_timeout text;
     c_stale_wait constant interval := '10 minutes';
     c_func       constant text := 'fanout._manage_partitions';
+    v_start      timestamptz := clock_timestamp();
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'fanout._manage_partitions must run in READ COMMITTED, not %',
             upper(current_setting('transaction_isolation')) USING ERRCODE = 'PGQ09';
     END IF;
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:manage_partitions', 0)) THEN
+    IF NOT fanout._try_lock('maint:manage_partitions') THEN
         RETURN 0;
     END IF;
     DELETE FROM fanout.maint_skip s  -- of topics dropped since
@@ -102,7 +103,10 @@ BEGIN
         LEFT JOIN fanout.partition n ON n.topic_id = t.topic_id AND n.part_no = c.part_no + 1
         ORDER BY t.topic_id
     LOOP
-        EXIT WHEN v_done >= 50;
+        -- 50 steps, and no new step once the call has run 500 ms (creating
+        -- a partition is DDL: thousands of topics due at once are worked
+        -- through in calls that stay short).
+        EXIT WHEN v_done >= 50 OR (v_done > 0 AND clock_timestamp() - v_start > interval '500 ms');
         BEGIN  -- one topic's failure is logged and skipped (fanout._maint_failed)
         IF r.next_no IS NULL THEN
             CONTINUE WHEN NOT fanout._maint_lock_topic(c_func, r.topic_id);

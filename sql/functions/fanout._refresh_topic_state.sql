@@ -7,7 +7,7 @@
 -- but extra work); a change in flight holds the row and is skipped (in
 -- both: a drop_topic left open in a transaction never makes it wait).
 -- Returns how many topics were repaired; call again while it returns > 0.
--- Takes its own advisory lock.
+-- Takes its own lock row (fanout._try_lock).
 -- Tables: fanout.topic_state, fanout.consumer_group, fanout.event_log,
 -- fanout_data.m<topic_id>_epoch.
 CREATE OR REPLACE FUNCTION fanout._refresh_topic_state(p_now timestamptz DEFAULT now())
@@ -19,7 +19,7 @@ DECLARE
     v_n int;
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:refresh_topic_state', 0)) THEN
+    IF NOT fanout._try_lock('maint:refresh_topic_state') THEN
         RETURN 0;
     END IF;
     WITH fixed AS (

@@ -6,7 +6,7 @@
 -- remembers the highest sequence reported. The pgq-scheduler sidecar counts
 -- them in pgq_sequence_gap_alerts_total.
 -- Bounded: at most 1,000 alerts per call. Returns how many it wrote; call
--- again while it returns > 0. Takes its own advisory lock.
+-- again while it returns > 0. Takes its own lock row (fanout._try_lock).
 -- Tables: fanout.seq_wait, fanout.seq_state, fanout.consumer_group,
 -- fanout.topic, fanout.event_log.
 CREATE OR REPLACE FUNCTION fanout._sequence_gap_alerts(p_now timestamptz DEFAULT now())
@@ -20,7 +20,7 @@ DECLARE
     v_done int := 0;
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:sequence_gap_alerts', 0)) THEN
+    IF NOT fanout._try_lock('maint:sequence_gap_alerts') THEN
         RETURN 0;
     END IF;
     FOR r IN

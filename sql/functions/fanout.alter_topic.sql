@@ -57,6 +57,14 @@ DECLARE
 BEGIN
     PERFORM fanout._authorize($1, 'admin');
     v_old := fanout._topic($1);
+    -- The topic's table before its row, in the order of fanout.drop_topic
+    -- (and of every user, fanout._enter): a drop under way is waited for
+    -- (PGQ01 after it), and one that comes later waits for this alter.
+    BEGIN
+        EXECUTE format('LOCK TABLE ONLY fanout_data.%I IN ACCESS SHARE MODE', v_old.data_table);
+    EXCEPTION WHEN undefined_table THEN
+        RAISE EXCEPTION 'topic % does not exist', quote_literal($1) USING ERRCODE = 'PGQ01';
+    END;
     -- Lock the row here (fanout._topic is STABLE and cannot lock) and re-read
     -- it: a concurrent alter may have committed meanwhile, or a drop. FOR
     -- UPDATE, though no key changes: the foreign key check of a group's insert

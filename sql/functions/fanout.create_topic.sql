@@ -17,8 +17,9 @@
 -- trigger that stamps required_groups, the completion table
 -- fanout_data.m<id>_done (partitioned like the messages) and a
 -- fanout.topic_state row.
--- Raises: PGQ03 bad option, PGQ04 bad name, PGQ02 settings differ.
--- Tables: fanout.topic, fanout.partition, fanout.consumer_group, fanout.kpart,
+-- Raises: PGQ03 bad option, PGQ04 bad name, PGQ02 settings differ, PGQ25
+-- (a topics quota of a grant matching the name: fanout.set_quota).
+-- Tables: fanout.topic, fanout.topic_grant (quota rows locked), fanout.lock_row, fanout.partition, fanout.consumer_group, fanout.kpart,
 -- fanout.topic_state, fanout_data.*.
 CREATE OR REPLACE FUNCTION fanout.create_topic(
     topic                               text,
@@ -47,6 +48,7 @@ DECLARE
     p_topic ALIAS FOR $1;
     v_new   fanout.topic;
     v_old   fanout.topic;
+    v_ins   fanout.topic;
     v_diff  text[];
 BEGIN
     PERFORM fanout._authorize($1, 'admin');
@@ -74,54 +76,68 @@ BEGIN
             v_new.completion USING ERRCODE = 'PGQ03';
     END IF;
 
-    -- Serialise concurrent creators of the same name.
-    PERFORM pg_advisory_xact_lock(hashtextextended('fanout.topic:' || p_topic, 0));
-
-    SELECT * INTO v_old FROM fanout.topic t WHERE t.topic = p_topic;
-    IF FOUND THEN
-        SELECT array_agg(k ORDER BY k) INTO v_diff
-        FROM (VALUES
-            ('semantics', v_old.semantics IS DISTINCT FROM v_new.semantics),
-            ('completion', v_old.completion IS DISTINCT FROM v_new.completion),
-            ('retention', v_old.retention IS DISTINCT FROM v_new.retention),
-            ('zero_subscription_retention', v_old.zero_subscription_retention IS DISTINCT FROM v_new.zero_subscription_retention),
-            ('block_writes_without_subscriptions', v_old.block_writes_without_subscriptions IS DISTINCT FROM v_new.block_writes_without_subscriptions),
-            ('max_retention', v_old.max_retention IS DISTINCT FROM v_new.max_retention),
-            ('max_attempts', v_old.max_attempts IS DISTINCT FROM v_new.max_attempts),
-            ('max_payload_bytes', v_old.max_payload_bytes IS DISTINCT FROM v_new.max_payload_bytes),
-            ('zombie_ttl', v_old.zombie_ttl IS DISTINCT FROM v_new.zombie_ttl),
-            ('notify', v_old.notify IS DISTINCT FROM v_new.notify),
-            ('partition_interval', v_old.partition_interval IS DISTINCT FROM v_new.partition_interval),
-            ('dedupe_window', v_old.dedupe_window IS DISTINCT FROM v_new.dedupe_window),
-            ('sequence_ordering', v_old.sequence_ordering IS DISTINCT FROM v_new.sequence_ordering),
-            ('gap_alert_after', v_old.gap_alert_after IS DISTINCT FROM v_new.gap_alert_after),
-            ('partitions', v_old.partitions IS DISTINCT FROM v_new.partitions),
-            ('whole_transactions', v_old.whole_transactions IS DISTINCT FROM v_new.whole_transactions)
-        ) AS d(k, differs)
-        WHERE differs;
-        IF v_diff IS NOT NULL THEN
-            RAISE EXCEPTION 'topic % already exists with different settings: %',
-                quote_literal(p_topic), array_to_string(v_diff, ', ')
-                USING ERRCODE = 'PGQ02', HINT = 'use fanout.alter_topic() to change settings';
+    -- Concurrent creators of one name meet on the name's unique index: the
+    -- second insert waits for the first transaction and, once it committed,
+    -- inserts nothing; the loop then finds the topic (a fresh snapshot in
+    -- READ COMMITTED) and compares settings. A row lock of pgq's own, not an
+    -- advisory lock any role could take on the name.
+    LOOP
+        SELECT * INTO v_old FROM fanout.topic t WHERE t.topic = p_topic;
+        IF FOUND THEN
+            SELECT array_agg(k ORDER BY k) INTO v_diff
+            FROM (VALUES
+                ('semantics', v_old.semantics IS DISTINCT FROM v_new.semantics),
+                ('completion', v_old.completion IS DISTINCT FROM v_new.completion),
+                ('retention', v_old.retention IS DISTINCT FROM v_new.retention),
+                ('zero_subscription_retention', v_old.zero_subscription_retention IS DISTINCT FROM v_new.zero_subscription_retention),
+                ('block_writes_without_subscriptions', v_old.block_writes_without_subscriptions IS DISTINCT FROM v_new.block_writes_without_subscriptions),
+                ('max_retention', v_old.max_retention IS DISTINCT FROM v_new.max_retention),
+                ('max_attempts', v_old.max_attempts IS DISTINCT FROM v_new.max_attempts),
+                ('max_payload_bytes', v_old.max_payload_bytes IS DISTINCT FROM v_new.max_payload_bytes),
+                ('zombie_ttl', v_old.zombie_ttl IS DISTINCT FROM v_new.zombie_ttl),
+                ('notify', v_old.notify IS DISTINCT FROM v_new.notify),
+                ('partition_interval', v_old.partition_interval IS DISTINCT FROM v_new.partition_interval),
+                ('dedupe_window', v_old.dedupe_window IS DISTINCT FROM v_new.dedupe_window),
+                ('sequence_ordering', v_old.sequence_ordering IS DISTINCT FROM v_new.sequence_ordering),
+                ('gap_alert_after', v_old.gap_alert_after IS DISTINCT FROM v_new.gap_alert_after),
+                ('partitions', v_old.partitions IS DISTINCT FROM v_new.partitions),
+                ('whole_transactions', v_old.whole_transactions IS DISTINCT FROM v_new.whole_transactions)
+            ) AS d(k, differs)
+            WHERE differs;
+            IF v_diff IS NOT NULL THEN
+                RAISE EXCEPTION 'topic % already exists with different settings: %',
+                    quote_literal(p_topic), array_to_string(v_diff, ', ')
+                    USING ERRCODE = 'PGQ02', HINT = 'use fanout.alter_topic() to change settings';
+            END IF;
+            RETURN v_old.topic_id;
         END IF;
-        RETURN v_old.topic_id;
-    END IF;
-
-    INSERT INTO fanout.topic AS t (topic, semantics, completion, retention, zero_subscription_retention,
-        block_writes_without_subscriptions, max_retention, max_attempts, max_payload_bytes, zombie_ttl,
-        notify, partition_interval, data_table, seq_name, dedupe_window, sequence_ordering, gap_alert_after,
-        partitions, whole_transactions)
-    VALUES (p_topic, v_new.semantics, v_new.completion, v_new.retention, v_new.zero_subscription_retention,
-        v_new.block_writes_without_subscriptions, v_new.max_retention, v_new.max_attempts,
-        v_new.max_payload_bytes, v_new.zombie_ttl, v_new.notify, v_new.partition_interval, '', '',
-        v_new.dedupe_window, v_new.sequence_ordering, v_new.gap_alert_after, v_new.partitions,
-        v_new.whole_transactions)
-    RETURNING * INTO v_new;
+        -- A new topic: the quotas of the grants whose patterns match it (PGQ25).
+        PERFORM fanout._quota_check(p_topic, 'topics');
+        INSERT INTO fanout.topic AS t (topic, semantics, completion, retention, zero_subscription_retention,
+            block_writes_without_subscriptions, max_retention, max_attempts, max_payload_bytes, zombie_ttl,
+            notify, partition_interval, data_table, seq_name, dedupe_window, sequence_ordering, gap_alert_after,
+            partitions, whole_transactions)
+        VALUES (p_topic, v_new.semantics, v_new.completion, v_new.retention, v_new.zero_subscription_retention,
+            v_new.block_writes_without_subscriptions, v_new.max_retention, v_new.max_attempts,
+            v_new.max_payload_bytes, v_new.zombie_ttl, v_new.notify, v_new.partition_interval, '', '',
+            v_new.dedupe_window, v_new.sequence_ordering, v_new.gap_alert_after, v_new.partitions,
+            v_new.whole_transactions)
+        ON CONFLICT (topic) DO NOTHING
+        RETURNING * INTO v_ins;
+        EXIT WHEN v_ins.topic_id IS NOT NULL;
+        -- (Under REPEATABLE READ the insert raises 40001 instead of finding
+        -- nothing, so this loops only while creators commit and drops follow.)
+    END LOOP;
+    v_new := v_ins;
 
     v_new.data_table := 'm' || v_new.topic_id;
     v_new.seq_name := v_new.data_table || '_id_seq';
     UPDATE fanout.topic t SET data_table = v_new.data_table, seq_name = v_new.seq_name
     WHERE t.topic_id = v_new.topic_id;
+    -- Its lock rows: of its stamps' reconciliation (fanout._reconcile_stamps)
+    -- and of subscribes of new groups (fanout.subscribe).
+    INSERT INTO fanout.lock_row (name) VALUES ('reconcile:' || v_new.topic_id), ('subscribe:' || v_new.topic_id)
+    ON CONFLICT DO NOTHING;
 
     EXECUTE format('CREATE SEQUENCE fanout_data.%I AS bigint MINVALUE 1 START 1', v_new.seq_name);
     -- txid first: publish takes its xid before its id (see _manage_partitions).

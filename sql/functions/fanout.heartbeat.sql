@@ -20,7 +20,7 @@ BEGIN
     PERFORM fanout._enter($1, 'consume');
     v_t := fanout._topic($1);
     IF $3 IS NOT NULL THEN
-        PERFORM fanout._check_name('consumer', $3);
+        $3 := fanout._check_name('consumer', $3);  -- NFC, as read stores it
     END IF;
     IF v_t.semantics = 'queue' THEN
         SELECT * INTO STRICT v_g FROM fanout.consumer_group g

@@ -18,5 +18,6 @@ AS $fn$
         ('fanout._bitmap_step',          'backfill step of reference-mode bitmaps for new groups'),
         ('fanout._refresh_topic_state',  'refresh the per-topic statistics of fanout.topics'),
         ('fanout._cleanup_groups',       'delete long-cancelled and long-dead groups'),
-        ('fanout._sequence_gap_alerts',  'log sequence gaps older than their topic''s gap_alert_after')
+        ('fanout._sequence_gap_alerts',  'log sequence gaps older than their topic''s gap_alert_after'),
+        ('fanout._measure_usage',        'measure the bytes topics retain and stop publishing over a bytes quota')
 $fn$;

@@ -3,14 +3,15 @@
 -- fanout.run_maintenance) never hard-codes SQL. Call each as
 -- SELECT func(p_now => now()) -- or func(arg, p_now => ...) when arg is not
 -- NULL -- again while it returns > 0. Every listed function is idempotent,
--- bounded and takes its own advisory lock. _cleanup_bookkeeping is listed,
+-- bounded and takes its own lock row (fanout._try_lock). _cleanup_bookkeeping is listed,
 -- among other reasons, while a pass of the dedupe sweep is under way or
 -- due (an eighth of the shortest dedupe_window after the last began, at
 -- least a minute, at most an hour) and a topic exists: whether any topic's
 -- table of keys has rows is not known without opening each of them.
 -- Reads fanout.topic, fanout.partition, fanout.lease, fanout.member,
 -- fanout.event_log, fanout.consumer_group, fanout.bitmap_job, fanout.topic_state,
--- fanout.dedupe_sweep, fanout.seq_published.
+-- fanout.dedupe_sweep, fanout.seq_published, fanout.topic_grant,
+-- fanout.topic_usage, fanout.quota_block.
 -- Raises: PGQ03 (now NULL or infinite), PGQ21.
 CREATE OR REPLACE FUNCTION fanout.maint_operations(now timestamptz DEFAULT now())
 RETURNS TABLE(func text, arg text)
@@ -63,4 +64,12 @@ AS $fn$
     UNION ALL
     SELECT 'fanout._sequence_gap_alerts', NULL
     WHERE EXISTS (SELECT 1 FROM fanout.seq_wait)
+    UNION ALL
+    SELECT 'fanout._measure_usage', NULL
+    -- a bytes quota and a topic not measured in the last minute, or a
+    -- block left by a quota since removed
+    WHERE EXISTS (SELECT 1 FROM fanout.topic_grant g WHERE g.max_bytes IS NOT NULL)
+          AND EXISTS (SELECT 1 FROM fanout.topic t LEFT JOIN fanout.topic_usage u ON u.topic_id = t.topic_id
+                      WHERE u.measured_at IS NULL OR u.measured_at <= $1 - interval '1 minute' OR u.measured_at > $1)
+       OR EXISTS (SELECT 1 FROM fanout.quota_block)
 $fn$;

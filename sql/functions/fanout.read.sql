@@ -83,7 +83,7 @@ BEGIN
             USING ERRCODE = 'PGQ03';
     END IF;
     IF p_consumer IS NOT NULL THEN
-        PERFORM fanout._check_name('consumer', p_consumer);
+        p_consumer := fanout._check_name('consumer', p_consumer);  -- NFC, as heartbeat stores it
     END IF;
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'fanout.read must run in READ COMMITTED, not %', upper(current_setting('transaction_isolation'))

@@ -15,8 +15,10 @@
 -- Raises: PGQ01, PGQ03 (bad option), PGQ04 (bad name), PGQ09 (reference mode
 -- outside READ COMMITTED: the join snapshot must be fresh), PGQ16 (the group was
 -- cancelled: choose another name), PGQ17 (65th group in reference mode),
--- PGQ19 (not a pubsub topic).
--- Tables: fanout.topic, fanout.consumer_group, fanout.kpart (partitioned topics:
+-- PGQ19 (not a pubsub topic), PGQ25 (a groups quota of a grant matching the
+-- topic: fanout.set_quota).
+-- Tables: fanout.topic, fanout.lock_row (the topic's, for a new group), fanout.topic_grant
+-- (quota rows locked), fanout.consumer_group, fanout.kpart (partitioned topics:
 -- the group's partition cursors), fanout.event_log, fanout_data.*.
 CREATE OR REPLACE FUNCTION fanout.subscribe(
     topic             text,
@@ -71,10 +73,20 @@ BEGIN
         RAISE EXCEPTION 'backfill_scope must be pending_only or all_retained, got %', coalesce(quote_literal($10), 'NULL')
             USING ERRCODE = 'PGQ03';
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtextextended('fanout.group:' || v_t.topic_id || ':' || $2, 0));
-
     SELECT * INTO v_g FROM fanout.consumer_group g
     WHERE g.topic_id = v_t.topic_id AND g.group_name = $2 FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        -- A new group: creators of new groups on the topic go one at a time
+        -- on the topic's lock row (new groups are rare; an existing group's
+        -- subscribe, every member's restart, takes only its own row). A row
+        -- of pgq's own, not an advisory lock any role could take on the
+        -- names, nor the topic's row (regenerate_topics and publish lock
+        -- it). Then the group again: a creator that held the row before this
+        -- one committed it meanwhile (a fresh snapshot in READ COMMITTED).
+        PERFORM fanout._lock_row_wait('subscribe:' || v_t.topic_id);
+        SELECT * INTO v_g FROM fanout.consumer_group g
+        WHERE g.topic_id = v_t.topic_id AND g.group_name = $2 FOR NO KEY UPDATE;
+    END IF;
     IF FOUND THEN
         IF v_g.status = 'cancelled' THEN
             RAISE EXCEPTION 'group % of topic % was cancelled and cannot be subscribed again',
@@ -99,6 +111,8 @@ BEGIN
         END IF;
         PERFORM fanout._stamp_fence(v_t.topic_id);
     END IF;
+    -- The quotas of the grants whose patterns match the topic (PGQ25).
+    PERFORM fanout._quota_check(v_t.topic, 'groups');
     v_s := fanout._start_state(v_t, v_pos, $4, $5, $6);
     IF v_t.completion = 'reference' THEN
         v_bit := fanout._assign_bit(v_t);

@@ -60,6 +60,7 @@
 {{ template "fanout._liveness.sql" . }}
 {{ template "fanout._lock_group.sql" . }}
 {{ template "fanout._lock_lease.sql" . }}
+{{ template "fanout._lock_row_wait.sql" . }}
 {{ template "fanout._maint_failed.sql" . }}
 {{ template "fanout._maint_lock_topic.sql" . }}
 {{ template "fanout._maint_skipped.sql" . }}
@@ -77,6 +78,7 @@
 {{ template "fanout._partition_floor.sql" . }}
 {{ template "fanout._publish_one.sql" . }}
 {{ template "fanout._publish_sequenced.sql" . }}
+{{ template "fanout._quota_check.sql" . }}
 {{ template "fanout._reconcile_stamps.sql" . }}
 {{ template "fanout._release_holds.sql" . }}
 {{ template "fanout._release_lost.sql" . }}
@@ -101,11 +103,11 @@
 {{ template "fanout._summarize_partitions.sql" . }}
 {{ template "fanout._table_writers.sql" . }}
 {{ template "fanout._topic.sql" . }}
-{{ template "fanout._topic_lock_key.sql" . }}
 {{ template "fanout._topic_stats.sql" . }}
 {{ template "fanout._topic_view.sql" . }}
 {{ template "fanout._touch_member.sql" . }}
 {{ template "fanout._transition.sql" . }}
+{{ template "fanout._try_lock.sql" . }}
 {{ template "fanout._vxids_block.sql" . }}
 {{ template "fanout._window_page_priority.sql" . }}
 {{ template "fanout._window_scan.sql" . }}
@@ -117,6 +119,7 @@
 {{ template "fanout._cleanup_partitions.sql" . }}
 {{ template "fanout._detect_dead_groups.sql" . }}
 {{ template "fanout._manage_partitions.sql" . }}
+{{ template "fanout._measure_usage.sql" . }}
 {{ template "fanout._refresh_topic_state.sql" . }}
 {{ template "fanout._sequence_gap_alerts.sql" . }}
 {{ template "fanout.leader_attempt.sql" . }}
@@ -147,6 +150,7 @@
 {{ template "fanout.resurrect_group.sql" . }}
 {{ template "fanout.revoke_topic.sql" . }}
 {{ template "fanout.seek.sql" . }}
+{{ template "fanout.set_quota.sql" . }}
 {{ template "fanout.stuck_messages.sql" . }}
 {{ template "fanout.unsubscribe.sql" . }}
 -- API: publish, subscribe, read, ack (fanout_producer, fanout_consumer).

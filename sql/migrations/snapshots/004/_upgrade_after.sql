@@ -22,3 +22,10 @@ BEGIN
     END LOOP;
 END
 $upgrade$;
+
+-- Every topic's lock rows: of the reconciliation of its stamps
+-- (fanout._reconcile_stamps) and of subscribes of new groups
+-- (fanout.subscribe); create_topic makes them for new topics.
+INSERT INTO fanout.lock_row (name)
+SELECT k || t.topic_id FROM fanout.topic t, unnest(ARRAY['reconcile:', 'subscribe:']) k
+ON CONFLICT DO NOTHING;

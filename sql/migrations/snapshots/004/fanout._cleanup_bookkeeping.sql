@@ -13,8 +13,8 @@
 -- later call, a key a publisher holds is left to the next pass, a lease
 -- slot or member row another transaction holds to a later call). Returns
 -- how many rows were deleted plus how many dedupe blocks were swept and
--- topics passed; call again while it returns > 0. Takes its own advisory
--- lock.
+-- topics passed; call again while it returns > 0. Takes its own lock
+-- row (fanout._try_lock).
 -- Tables: fanout.lease, fanout.capture (captures whose triggers are gone), fanout.member, fanout.event_log,
 -- fanout_data.m<topic_id>_dedupe, fanout.dedupe_sweep, fanout.topic (key
 -- share lock on the swept topic's row), fanout.seq_published.
@@ -35,7 +35,7 @@ DECLARE
     v_fn      regprocedure;
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('fanout.maint:cleanup_bookkeeping', 0)) THEN
+    IF NOT fanout._try_lock('maint:cleanup_bookkeeping') THEN
         RETURN 0;
     END IF;
     -- The outer conditions again: a read may have reused the slot for a new

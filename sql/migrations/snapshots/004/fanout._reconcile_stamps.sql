@@ -7,8 +7,8 @@
 -- transaction (fanout._window_walk counts it as running) and cleanup keeps
 -- the partitions that may hold it (fanout._partition_droppable), so a
 -- message that looks COMPLETED by its stale stamp is not taken for it.
--- It does nothing when another session is reconciling the topic (advisory
--- lock, tried), skips transactions with a row locked by someone else (an
+-- It does nothing when another session is reconciling the topic (lock row,
+-- fanout._try_lock), skips transactions with a row locked by someone else (an
 -- ack in a business transaction: retried on a later call), and keeps the
 -- entries while a membership change is in flight (the topic's epoch
 -- sequence ahead of the committed epoch while its topic_state row is
@@ -31,7 +31,7 @@ DECLARE
     v_done    xid8[];
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM fanout.stamp_pending s WHERE s.topic_id = p_topic_id)
-       OR NOT pg_try_advisory_xact_lock(hashtextextended('fanout.reconcile:' || p_topic_id, 0)) THEN
+       OR NOT fanout._try_lock('reconcile:' || p_topic_id) THEN
         RETURN 0;
     END IF;
     SELECT s.epoch >= pg_sequence_last_value(s.epoch_seq), pg_sequence_last_value(s.epoch_seq)

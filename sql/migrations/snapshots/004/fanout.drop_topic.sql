@@ -8,7 +8,7 @@
 -- PGQ21 (no admin grant).
 -- Tables: every fanout table row of the topic, fanout_data.m<topic_id>,
 -- fanout_data.m<topic_id>_dedupe (and fanout_data.m<topic_id>_done in
--- reference mode).
+-- reference mode), fanout.lock_row, fanout.topic_usage, fanout.quota_block.
 CREATE OR REPLACE FUNCTION fanout.drop_topic(topic text, force boolean DEFAULT false)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
@@ -25,10 +25,15 @@ BEGIN
     PERFORM fanout._authorize($1, 'admin');
     v_t := fanout._topic($1);
     -- Wait for the transactions using the topic and keep new ones out until
-    -- this one ends: they then find no topic (PGQ01; see fanout._enter).
-    -- Every key of the topic (each user takes one, by its backend's pid), in
-    -- order, so two drops of one topic queue on the first.
-    PERFORM pg_advisory_xact_lock(fanout._topic_lock_key(v_t.topic) # k) FROM generate_series(0, 31) k;
+    -- this one ends: they then find no topic (PGQ01; see fanout._enter,
+    -- which takes ACCESS SHARE on this table). First, before any row: a
+    -- user holds the table before it takes a row of the topic's. Two drops
+    -- of one topic queue here.
+    BEGIN
+        EXECUTE format('LOCK TABLE ONLY fanout_data.%I IN ACCESS EXCLUSIVE MODE', v_t.data_table);
+    EXCEPTION WHEN undefined_table THEN
+        RAISE EXCEPTION 'topic % does not exist', quote_literal($1) USING ERRCODE = 'PGQ01';
+    END;
     -- Lock the row here (fanout._topic is STABLE and cannot lock); a
     -- concurrent drop that committed meanwhile makes this one PGQ01.
     SELECT * INTO v_t FROM fanout.topic t WHERE t.topic_id = v_t.topic_id FOR UPDATE;
@@ -70,9 +75,13 @@ BEGIN
     DELETE FROM fanout.seq_published s WHERE s.topic_id = v_t.topic_id;
     -- Leases have no foreign key to their group (its check locked the group
     -- row on every page): they go here. No reader can add one meanwhile
-    -- (they wait on the topic's advisory lock).
+    -- (they wait for the topic's table).
     DELETE FROM fanout.lease l
     WHERE l.group_id IN (SELECT g.group_id FROM fanout.consumer_group g WHERE g.topic_id = v_t.topic_id);
+    -- Its lock row, usage and quota block (no foreign keys).
+    DELETE FROM fanout.lock_row r WHERE r.name IN ('reconcile:' || v_t.topic_id, 'subscribe:' || v_t.topic_id);
+    DELETE FROM fanout.topic_usage u WHERE u.topic_id = v_t.topic_id;
+    DELETE FROM fanout.quota_block q WHERE q.topic_id = v_t.topic_id;
     DELETE FROM fanout.topic t WHERE t.topic_id = v_t.topic_id;
     INSERT INTO fanout.event_log (topic, kind, detail)
     VALUES (v_t.topic, 'topic_dropped', jsonb_build_object('force', coalesce($2, false)));

@@ -5,8 +5,10 @@
 -- Functions and views whose signature is gone or changed (sql/signatures.txt).
 DROP FUNCTION IF EXISTS fanout._capture_trigger();
 DROP FUNCTION IF EXISTS fanout._lock_lease(bigint);
+DROP FUNCTION IF EXISTS fanout._topic_lock_key(text);
 DROP FUNCTION IF EXISTS fanout.alter_topic(text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,interval,integer,boolean);
 DROP VIEW IF EXISTS fanout.groups;
+DROP VIEW IF EXISTS fanout.topic_grants;
 DROP VIEW IF EXISTS fanout.topics;
 -- Code files new or changed since the release, in install order; grants and triggers always.
 {{ template "fanout._ack.sql" . }}
@@ -19,6 +21,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._create_page_functions.sql" . }}
 {{ template "fanout._data_table_exists.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
+{{ template "fanout._enter.sql" . }}
 {{ template "fanout._group_read.sql" . }}
 {{ template "fanout._group_unread.sql" . }}
 {{ template "fanout._kpart_claim.sql" . }}
@@ -26,18 +29,31 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._kpart_read.sql" . }}
 {{ template "fanout._lease_take_over.sql" . }}
 {{ template "fanout._lock_lease.sql" . }}
+{{ template "fanout._lock_row_wait.sql" . }}
+{{ template "fanout._maint_lock_topic.sql" . }}
 {{ template "fanout._may.sql" . }}
 {{ template "fanout._page_defer.sql" . }}
 {{ template "fanout._page_finish_tx.sql" . }}
 {{ template "fanout._page_fit.sql" . }}
 {{ template "fanout._publish_one.sql" . }}
+{{ template "fanout._quota_check.sql" . }}
 {{ template "fanout._reconcile_stamps.sql" . }}
 {{ template "fanout._retries_take.sql" . }}
 {{ template "fanout._sequence_gate.sql" . }}
+{{ template "fanout._try_lock.sql" . }}
 {{ template "fanout._window_page_priority.sql" . }}
 {{ template "fanout._window_scan.sql" . }}
 {{ template "fanout._window_walk.sql" . }}
 {{ template "fanout._cleanup_bookkeeping.sql" . }}
+{{ template "fanout._cleanup_groups.sql" . }}
+{{ template "fanout._cleanup_partitions.sql" . }}
+{{ template "fanout._detect_dead_groups.sql" . }}
+{{ template "fanout._manage_partitions.sql" . }}
+{{ template "fanout._measure_usage.sql" . }}
+{{ template "fanout._refresh_topic_state.sql" . }}
+{{ template "fanout._sequence_gap_alerts.sql" . }}
+{{ template "fanout.maint_functions.sql" . }}
+{{ template "fanout.maint_operations.sql" . }}
 {{ template "fanout.alter_topic.sql" . }}
 {{ template "fanout.check_consistency.sql" . }}
 {{ template "fanout.create_topic.sql" . }}
@@ -45,11 +61,15 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.message_status.sql" . }}
 {{ template "fanout.regenerate_topics.sql" . }}
 {{ template "fanout.seek.sql" . }}
+{{ template "fanout.set_quota.sql" . }}
 {{ template "fanout.ack.sql" . }}
 {{ template "fanout.capture_table.sql" . }}
 {{ template "fanout.groups.sql" . }}
+{{ template "fanout.heartbeat.sql" . }}
 {{ template "fanout.publish.sql" . }}
 {{ template "fanout.read.sql" . }}
+{{ template "fanout.subscribe.sql" . }}
+{{ template "fanout.topic_grants.sql" . }}
 {{ template "fanout.topics.sql" . }}
 {{ template "fanout.uncapture_table.sql" . }}
 {{ template "_grants.sql" . }}

@@ -1,0 +1,207 @@
+-- fanout._manage_partitions(p_now): partition pre-creation and rotation.
+-- Message ids come from a per-topic sequence; partition k holds ids
+-- [k << 32, (k + 1) << 32), so publish never runs out of partition even if
+-- maintenance never runs. Each topic keeps one partition ready ahead of the
+-- open one; rotation into it is three steps, one per call, each in its own
+-- transaction:
+--   1. create the next partition as soon as there is none (ATTACHed: SHARE
+--      UPDATE EXCLUSIVE on the parent, publishers and readers are never
+--      blocked);
+--   2. refresh every session's partition list: a no-op catalog update of the
+--      parent (and of its completion table in reference mode) whose commit
+--      sends a relation cache invalidation;
+--   3. once the open partition has been open for partition_interval and is
+--      not empty, jump the sequence into the next partition and close the
+--      old one with a txid bound above the xid of every transaction that can
+--      have taken an id in it, which lets reads skip it
+--      (fanout._partition_floor). Publish takes its xid before its id, so
+--      such a transaction had its xid before the jump: after the jump it has
+--      either ended (its xid is below the xmax of a later snapshot) or still
+--      holds the lock on its own xid (pg_locks). The xmax alone is not
+--      enough: it is latestCompletedXid + 1, and a running transaction that
+--      took its xid after the last one that ended is at or above it.
+-- Steps 1 and 2 run right after a jump, so a rotation that is due happens at
+-- the first call after it is due.
+-- Why step 2, and the waits. A session that still uses a partition list
+-- without the new partition would fail to insert into it ("no partition of
+-- relation found for row": a publish, or an ack's completion row) or, worse,
+-- a reader would scan past its rows. PostgreSQL does not refresh a
+-- relation's partition list inside a transaction that already holds a lock
+-- on it, and a session can also keep a stale list *after* its transaction:
+-- one that was building the list when the ATTACH committed (its pg_inherits
+-- scan predates the commit) can take the invalidation in the middle of the
+-- build (a catalog cache miss locks pg_class, which reads pending
+-- invalidations) and then store the list it built, and nothing invalidates
+-- it again until the next change to the parent. Seen under load in
+-- TestEdgesStress: fresh transactions more than a second after the ATTACH
+-- still missed the partition. So:
+--   * step 2 waits for every transaction of the database that was running
+--     when the creation was first seen committed (stale_vxids): every build
+--     that can have used a list from before the ATTACH has finished, and
+--     the invalidation of step 2 then reaches every session that kept one;
+--   * step 3 waits for every transaction that was running when step 2 was
+--     first seen committed (refresh_vxids): a transaction that took its lock
+--     on the table before the refresh keeps its old list until it ends.
+--   After c_stale_wait a transaction that is still running holds a step
+--   back only while it holds the topic's table: a session idle in a
+--   transaction elsewhere cannot stop rotation for good.
+-- Must run in READ COMMITTED (each statement needs a fresh snapshot).
+-- Bounded: at most 50 steps per call, none begun after 500 ms. Returns the number of steps done;
+-- call again while it returns > 0. Takes its own lock row, fanout._try_lock (returns 0 if
+-- another caller holds it).
+-- A topic whose step fails is logged (fanout._maint_failed) and skipped.
+-- Never waits for a tenant: before a step it locks the topic's row without
+-- waiting (fanout._maint_lock_topic: a topic whose alter_topic or drop_topic
+-- is still open is passed by), and every other lock it takes on a topic's
+-- objects waits at most 200 ms (lock_timeout); a topic passed by either way
+-- is recorded in fanout.maint_skip (fanout.maint_skips()) and tried again by
+-- the next call.
+-- Raises: PGQ09 (not READ COMMITTED).
+-- Tables: fanout.topic, fanout.partition, fanout_data.*; reads pg_locks and pg_stat_activity.
+CREATE OR REPLACE FUNCTION fanout._manage_partitions(p_now timestamptz DEFAULT now())
+RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, fanout, pg_temp
+SET lock_timeout = '200ms'
+AS $fn$
+DECLARE
+    r        record;
+    v_done   int := 0;
+    v_last   bigint;
+    v_empty  boolean;
+    v_bound  xid8;
+    v_ref    bigint;
+    v_run    bigint;
+    v_rel    regclass;
+    v_stale  text[];
+    v_since  timestamptz;
+    v_timeout text;
+    c_stale_wait constant interval := '10 minutes';
+    c_func       constant text := 'fanout._manage_partitions';
+    v_start      timestamptz := clock_timestamp();
+BEGIN
+    PERFORM fanout._authorize_all();  -- acts on every tenant
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'fanout._manage_partitions must run in READ COMMITTED, not %',
+            upper(current_setting('transaction_isolation')) USING ERRCODE = 'PGQ09';
+    END IF;
+    IF NOT fanout._try_lock('maint:manage_partitions') THEN
+        RETURN 0;
+    END IF;
+    DELETE FROM fanout.maint_skip s  -- of topics dropped since
+    WHERE s.func = c_func AND NOT EXISTS (SELECT 1 FROM fanout.topic t WHERE t.topic_id = s.topic_id);
+    FOR r IN
+        SELECT t.topic_id, t.seq_name, t.data_table, t.partition_interval, c.part_no, c.relname,
+               coalesce(c.opened_at, c.created_at) AS opened_at,
+               n.part_no AS next_no, n.lo_id AS next_lo, n.created_xid AS next_xid, n.stale_vxids AS next_stale,
+               n.stale_at AS next_stale_at, n.refresh_xid AS next_refresh_xid,
+               n.refresh_vxids AS next_refresh_vxids, n.refresh_at AS next_refresh_at, t.completion
+        FROM fanout.topic t
+        JOIN LATERAL (SELECT p.* FROM fanout.partition p
+                      WHERE p.topic_id = t.topic_id AND p.closed_at IS NULL
+                      ORDER BY p.part_no LIMIT 1) c ON true
+        LEFT JOIN fanout.partition n ON n.topic_id = t.topic_id AND n.part_no = c.part_no + 1
+        ORDER BY t.topic_id
+    LOOP
+        -- 50 steps, and no new step once the call has run 500 ms (creating
+        -- a partition is DDL: thousands of topics due at once are worked
+        -- through in calls that stay short).
+        EXIT WHEN v_done >= 50 OR (v_done > 0 AND clock_timestamp() - v_start > interval '500 ms');
+        BEGIN  -- one topic's failure is logged and skipped (fanout._maint_failed)
+        IF r.next_no IS NULL THEN
+            CONTINUE WHEN NOT fanout._maint_lock_topic(c_func, r.topic_id);
+            PERFORM fanout._create_partition(r.topic_id, r.part_no + 1);
+            v_done := v_done + 1;
+        ELSE
+            -- Jump only into a partition whose creation has committed: if this
+            -- transaction rolled back after the jump, publish would fail.
+            CONTINUE WHEN pg_xact_status(r.next_xid) IS DISTINCT FROM 'committed';
+            -- Steps 2 and 3 have work only when these hold (else the checks
+            -- below continue without touching the topic).
+            CONTINUE WHEN (r.next_refresh_xid IS NOT NULL
+                           AND (pg_xact_status(r.next_refresh_xid) IS DISTINCT FROM 'committed'
+                                OR (r.next_refresh_vxids IS NOT NULL AND r.opened_at > p_now - r.partition_interval)))
+                          OR NOT fanout._maint_lock_topic(c_func, r.topic_id);
+            v_rel := format('fanout_data.%I', r.data_table)::regclass;
+            IF r.next_refresh_xid IS NULL THEN
+                -- Step 2, once every transaction running when the creation
+                -- was first seen committed has ended (prepared transactions
+                -- run no more statements: not counted).
+                v_stale := r.next_stale;
+                v_since := r.next_stale_at;
+                IF v_stale IS NULL THEN
+                    v_stale := fanout._running_vxids();
+                    v_since := p_now;
+                    UPDATE fanout.partition p SET stale_vxids = v_stale, stale_at = v_since
+                    WHERE p.topic_id = r.topic_id AND p.part_no = r.next_no;
+                END IF;
+                CONTINUE WHEN fanout._vxids_block(v_stale, v_since, p_now, c_stale_wait, v_rel);
+                -- SHARE UPDATE EXCLUSIVE: conflicts with no publisher or
+                -- reader, only with other DDL and cleanup's drops.
+                v_timeout := current_setting('lock_timeout');
+                BEGIN
+                    PERFORM set_config('lock_timeout', '200ms', true);
+                    EXECUTE format('ALTER TABLE ONLY fanout_data.%I ALTER COLUMN payload SET STATISTICS -1',
+                                   r.data_table);
+                    IF r.completion = 'reference' THEN
+                        EXECUTE format('ALTER TABLE ONLY fanout_data.%I ALTER COLUMN ids SET STATISTICS -1',
+                                       r.data_table || '_done');
+                    END IF;
+                    PERFORM set_config('lock_timeout', v_timeout, true);
+                EXCEPTION WHEN lock_not_available THEN
+                    -- The subtransaction's rollback restored lock_timeout.
+                    PERFORM fanout._maint_skipped(c_func, r.topic_id, SQLERRM);
+                    CONTINUE;
+                END;
+                UPDATE fanout.partition p SET refresh_xid = pg_current_xact_id()
+                WHERE p.topic_id = r.topic_id AND p.part_no = r.next_no;
+                v_done := v_done + 1;
+                CONTINUE;
+            END IF;
+            -- Step 3, once every transaction running when the refresh was
+            -- first seen committed has ended.
+            CONTINUE WHEN pg_xact_status(r.next_refresh_xid) IS DISTINCT FROM 'committed';
+            v_stale := r.next_refresh_vxids;
+            v_since := r.next_refresh_at;
+            IF v_stale IS NULL THEN
+                v_stale := fanout._running_vxids();
+                v_since := p_now;
+                UPDATE fanout.partition p SET refresh_vxids = v_stale, refresh_at = v_since
+                WHERE p.topic_id = r.topic_id AND p.part_no = r.next_no;
+            END IF;
+            CONTINUE WHEN r.opened_at > p_now - r.partition_interval;
+            EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM fanout_data.%I)', r.relname) INTO v_empty;
+            CONTINUE WHEN v_empty;
+            CONTINUE WHEN fanout._vxids_block(v_stale, v_since, p_now, c_stale_wait, v_rel);
+            EXECUTE format('SELECT last_value FROM fanout_data.%I', r.seq_name) INTO v_last;
+            IF v_last < r.next_lo THEN
+                PERFORM setval(format('fanout_data.%I', r.seq_name)::regclass, r.next_lo, false);
+            END IF;
+            -- Running xids first (pg_locks shows 32-bit xids: widen them
+            -- around a reference), then a snapshot: a writer that ends in
+            -- between has advanced that snapshot's xmax past its xid.
+            v_ref := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
+            SELECT max(v_ref + ((l.transactionid::text::bigint - v_ref) % 4294967296 + 4294967296 + 2147483648)
+                                % 4294967296 - 2147483648) + 1
+            INTO v_run
+            FROM pg_locks l WHERE l.locktype = 'transactionid';
+            v_bound := pg_snapshot_xmax(pg_current_snapshot());
+            IF v_run IS NOT NULL AND v_run > v_bound::text::bigint THEN
+                v_bound := v_run::text::xid8;
+            END IF;
+            UPDATE fanout.partition p SET closed_at = clock_timestamp(), txid_bound = v_bound
+            WHERE p.topic_id = r.topic_id AND p.part_no = r.part_no;
+            UPDATE fanout.partition p SET opened_at = clock_timestamp()
+            WHERE p.topic_id = r.topic_id AND p.part_no = r.next_no;
+            v_done := v_done + 1;
+        END IF;
+        EXCEPTION
+            WHEN lock_not_available THEN  -- another transaction's lock on the topic's objects, over 200 ms
+                PERFORM fanout._maint_skipped(c_func, r.topic_id, SQLERRM);
+            WHEN OTHERS THEN
+                PERFORM fanout._maint_failed(c_func, r.topic_id, NULL, SQLSTATE, SQLERRM);
+        END;
+    END LOOP;
+    RETURN v_done;
+END
+$fn$;

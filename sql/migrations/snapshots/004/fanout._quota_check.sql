@@ -1,0 +1,47 @@
+-- fanout._quota_check(p_topic, p_what): raises PGQ25 when one more topic
+-- (p_what 'topics': create_topic of the new topic p_topic) or one more
+-- consumer group (p_what 'groups': subscribe of a new group to p_topic)
+-- would exceed the quota of a grant whose pattern matches p_topic
+-- (fanout.set_quota). The quota bounds the pattern's topics whoever holds
+-- the grant: a tenant admin that grants a narrower pattern to another role
+-- does not escape it. The grants with such a quota are locked FOR UPDATE
+-- (in key order) before counting, so concurrent creators of one pattern
+-- count one after the other and never exceed it together; no tenant can
+-- hold those rows (locking them needs UPDATE on fanout.topic_grant).
+-- Raises: PGQ25. Tables: fanout.topic_grant, fanout.topic,
+-- fanout.consumer_group.
+CREATE OR REPLACE FUNCTION fanout._quota_check(p_topic text, p_what text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, fanout, pg_temp
+AS $fn$
+DECLARE
+    g   record;
+    v_n bigint;
+BEGIN
+    FOR g IN
+        SELECT q.pattern, q.role, q.privilege, CASE p_what WHEN 'topics' THEN q.max_topics ELSE q.max_groups END AS quota
+        FROM fanout.topic_grant q
+        WHERE CASE p_what WHEN 'topics' THEN q.max_topics ELSE q.max_groups END IS NOT NULL
+          AND fanout._grant_matches(q.pattern, p_topic)
+        ORDER BY q.pattern, q.role, q.privilege
+        FOR UPDATE
+    LOOP
+        IF p_what = 'topics' THEN
+            SELECT count(*) INTO v_n FROM fanout.topic t WHERE fanout._grant_matches(g.pattern, t.topic);
+        ELSE
+            SELECT count(*) INTO v_n FROM fanout.consumer_group c JOIN fanout.topic t ON t.topic_id = c.topic_id
+            WHERE c.group_name IS NOT NULL AND fanout._grant_matches(g.pattern, t.topic);
+        END IF;
+        IF v_n >= g.quota THEN
+            -- Not the count: a quota on a wide pattern would tell a tenant
+            -- how many topics or groups others have.
+            RAISE EXCEPTION 'quota reached: the topics matching % may have at most % % together',
+                quote_literal(g.pattern), g.quota, CASE p_what WHEN 'topics' THEN 'topics' ELSE 'consumer groups' END
+                USING ERRCODE = 'PGQ25',
+                      HINT = CASE p_what WHEN 'topics' THEN 'drop unused topics, or ask the operator to raise the quota (fanout.set_quota)'
+                                         ELSE 'remove unused groups (fanout.remove_group), or ask the operator to raise the quota (fanout.set_quota)' END;
+        END IF;
+    END LOOP;
+END
+$fn$;
