@@ -43,7 +43,8 @@ BEGIN
         JOIN fanout.consumer_group g ON g.group_id = l.group_id
         JOIN fanout.topic t ON t.topic_id = g.topic_id
         WHERE l.slot_id = p_lease_id >> 32
-          AND l.xmin IS DISTINCT FROM pg_current_xact_id_if_assigned()::xid;
+          AND (l.xmin IS DISTINCT FROM pg_current_xact_id_if_assigned()::xid
+               OR current_setting('fanout.xact_caller', true) IS DISTINCT FROM fanout._caller()::text);
     END IF;
     -- The slot's current page, locked; else (no lock) what the slot holds.
     SELECT * INTO v_l FROM fanout.lease l
