@@ -48,3 +48,55 @@ func TestLockLeaseSkipIsPerRole(t *testing.T) {
 	require.Len(t, ms, 1, "nothing of a's page was settled by b")
 	require.Equal(t, 1, b.ack(t, a, ms[0].LeaseID, nil))
 }
+
+// read(..., ack => L) checks that L is a lease of the read's topic and group
+// and then acks it without checking the grant again. The check looked at
+// L's slot without a lock and passed when the slot did not exist yet: a
+// tenant could name the slot the next read of another tenant's topic would
+// get (slot ids come from a sequence, the epoch and page 1 are known), queue
+// behind its own group's row, and ack the other tenant's page once it was
+// handed out. Here tenant b's read(ack => predicted id) waits for its group
+// row (held by a third session) while tenant a's read opens the predicted
+// lease; b's call must fail (PGQ10: no such lease when it was checked) and
+// a's page stays open for a to ack.
+func TestReadAckOfFutureLeaseOfAnotherTenant(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tIsolate(t)
+	consA, a := b.tRole(t, "cons_a", "fanout_consumer")
+	consB, bc := b.tRole(t, "cons_b", "fanout_consumer")
+	b.tGrant(t, b.Pool, "a.%", consA, "consume")
+	b.tGrant(t, b.Pool, "b.%", consB, "consume")
+	b.createTopic(t, b.Pool, "a.orders")
+	topicB := b.createTopic(t, b.Pool, "b.orders")
+	b.publish(t, b.Pool, "a.orders", `{"n":1}`)
+	b.publish(t, b.Pool, "b.orders", `{"n":2}`)
+
+	own := b.read(t, bc, "b.orders", nil, "worker-b", 10, "1 minute")
+	require.Len(t, own, 1)
+	require.Equal(t, 1, b.ack(t, bc, own[0].LeaseID, nil))
+	slot, epoch := own[0].LeaseID>>32, (own[0].LeaseID>>16)&65535
+	predicted := (slot+1)<<32 | epoch<<16 | 1
+
+	holder, err := b.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(b.ctx) }()
+	_, err = holder.Exec(b.ctx, "SELECT 1 FROM fanout.consumer_group WHERE topic_id = $1 FOR UPDATE", topicB)
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := bc.Exec(b.ctx, "SELECT count(*) FROM fanout.read('b.orders', ack => $1)", predicted)
+		done <- err
+	}()
+	blocked := b.tWaitBlockedOrDone(t, bc, done)
+	victim := b.read(t, a, "a.orders", nil, "worker-a", 10, "1 minute")
+	require.Len(t, victim, 1)
+	require.NoError(t, holder.Commit(b.ctx))
+	err = <-done
+	if blocked {
+		require.Equal(t, predicted, victim[0].LeaseID, "the predicted id is a's lease")
+	}
+	requireSQLState(t, err, "PGQ10")
+	require.Equal(t, 1, b.ack(t, a, victim[0].LeaseID, nil), "a's page was not settled by b")
+}
