@@ -15,7 +15,9 @@
 -- Raises: PGQ01, PGQ03 (bad option), PGQ04 (bad name), PGQ09 (reference mode
 -- outside READ COMMITTED: the join snapshot must be fresh), PGQ16 (the group was
 -- cancelled: choose another name), PGQ17 (65th group in reference mode),
--- PGQ19 (not a pubsub topic).
+-- PGQ19 (not a pubsub topic), PGQ22 (the topic has max_groups groups; a
+-- topic's new groups are subscribed one at a time, so concurrent ones count
+-- each other).
 -- Tables: fanout.topic, fanout.consumer_group, fanout.kpart (partitioned topics:
 -- the group's partition cursors), fanout.event_log, fanout_data.*.
 CREATE OR REPLACE FUNCTION fanout.subscribe(
@@ -49,6 +51,12 @@ BEGIN
             USING ERRCODE = 'PGQ19', HINT = 'queue readers just call fanout.read()';
     END IF;
     $2 := fanout._check_name('group_name', $2);  -- NFC
+    IF NOT EXISTS (SELECT 1 FROM fanout.consumer_group g WHERE g.topic_id = v_t.topic_id AND g.group_name = $2) THEN
+        -- A topic's new groups one at a time, so that the max_groups count
+        -- below sees the groups of subscribes that committed while this one
+        -- waited (two at once both passed it).
+        PERFORM pg_advisory_xact_lock(hashtextextended('fanout.new_group:' || v_t.topic_id, 0));
+    END IF;
     PERFORM fanout._check_subscribe_limits(v_t, $2, $6, $7, $8);
     v_pos := fanout._normalize_option('start_position', $3);
     IF $6 IS NULL OR $6 < 0 THEN

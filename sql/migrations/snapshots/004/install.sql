@@ -48,6 +48,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.groups.sql" . }}
 {{ template "fanout.publish.sql" . }}
 {{ template "fanout.read.sql" . }}
+{{ template "fanout.subscribe.sql" . }}
 {{ template "fanout.topics.sql" . }}
 {{ template "fanout.uncapture_table.sql" . }}
 {{ template "_grants.sql" . }}
