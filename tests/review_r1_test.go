@@ -1,9 +1,14 @@
 package tests
 
 import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 )
 
@@ -99,4 +104,108 @@ func TestReadAckOfFutureLeaseOfAnotherTenant(t *testing.T) {
 	}
 	requireSQLState(t, err, "PGQ10")
 	require.Equal(t, 1, b.ack(t, a, victim[0].LeaseID, nil), "a's page was not settled by b")
+}
+
+// Priority on a key-partitioned topic under three members on their own
+// connections: pages are acked message by message, some messages nacked for
+// an immediate retry, some pages read under a lease of a millisecond (taken
+// over by whoever reads the partition next, the stale holder's acks fenced
+// or settling nothing), and the partition count raised half-way. Every
+// message is settled exactly once (an ack that returned 1), none is lost.
+func TestKpartPriorityChurnSettlesEachOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "kp", "semantics => 'pubsub'", "partitions => 3", "max_attempts => 100")
+	_, err := b.Pool.Exec(b.ctx, "SELECT fanout.subscribe('kp', 'g')")
+	require.NoError(t, err)
+	const n = 240
+	publish := func(from, to int) {
+		_, err := b.Pool.Exec(b.ctx, `SELECT fanout.publish('kp', jsonb_build_object('i', i), message_group => 'k' || (i % 11),
+		                                  priority => (i * 7) % 10) FROM generate_series($1::int, $2::int) i`, from, to)
+		require.NoError(t, err)
+	}
+	publish(1, n/2)
+
+	type result struct {
+		settled map[int64]int
+		err     error
+	}
+	var total, again atomic.Int64
+	third := make(chan struct{})
+	var once sync.Once
+	out := make(chan result, 3)
+	for w := 0; w < 3; w++ {
+		conn := b.Conn(t)
+		go func(w int, conn *pgx.Conn) {
+			settled := map[int64]int{}
+			fail := func(err error) {
+				once.Do(func() { close(third) })
+				out <- result{err: err}
+			}
+			for round := 0; round < 3000 && total.Load() < n; round++ {
+				lease := "1 minute"
+				if round%6 == 5 {
+					lease = "1 millisecond"
+				}
+				ms, err := readMsgs(b.ctx, conn, "kp", ptr("g"), fmt.Sprintf("c%d", w), 5, lease)
+				if err != nil {
+					fail(fmt.Errorf("read: %w", err))
+					return
+				}
+				for i, m := range ms {
+					if m.Attempt > 1 {
+						again.Add(1)
+					}
+					if lease != "1 minute" {
+						break // left to expire and be taken over
+					}
+					if (m.MessageID+int64(round))%9 == 0 && i == 0 {
+						if _, err := conn.Exec(b.ctx, "SELECT fanout.nack($1, ARRAY[$2::bigint], retry_in => '0')", m.LeaseID, m.MessageID); err != nil {
+							fail(fmt.Errorf("nack: %w", err))
+							return
+						}
+						continue
+					}
+					var k int
+					err := conn.QueryRow(b.ctx, "SELECT fanout.ack($1, ARRAY[$2::bigint])", m.LeaseID, m.MessageID).Scan(&k)
+					var pe *pgconn.PgError
+					if errors.As(err, &pe) && pe.Code == "PGQ11" {
+						continue
+					}
+					if err != nil {
+						fail(fmt.Errorf("ack: %w", err))
+						return
+					}
+					if k == 1 {
+						settled[m.MessageID]++
+						if total.Add(1) >= n/3 {
+							once.Do(func() { close(third) })
+						}
+					}
+				}
+			}
+			once.Do(func() { close(third) })
+			out <- result{settled: settled}
+		}(w, conn)
+	}
+	<-third
+	_, err = b.Pool.Exec(b.ctx, "SELECT fanout.alter_topic('kp', partitions => 5)")
+	require.NoError(t, err)
+	publish(n/2+1, n)
+	all := map[int64]int{}
+	for w := 0; w < 3; w++ {
+		r := <-out
+		require.NoError(t, r.err)
+		for id, c := range r.settled {
+			all[id] += c
+		}
+	}
+	require.Len(t, all, n, "every message settled")
+	require.Positive(t, again.Load(), "some messages came again (nacked or taken over)")
+	for id, c := range all {
+		require.Equal(t, 1, c, "message %d settled once", id)
+	}
+	var bad int
+	require.NoError(t, b.Pool.QueryRow(b.ctx, "SELECT count(*) FROM fanout.check_consistency()").Scan(&bad))
+	require.Zero(t, bad)
 }
