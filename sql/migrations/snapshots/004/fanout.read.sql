@@ -100,7 +100,7 @@ BEGIN
         -- made after this check (another topic's next read) would be acked
         -- below without a grant check.
         SELECT g.topic_id <> v_t.topic_id
-               OR g.group_name IS DISTINCT FROM CASE WHEN v_t.semantics = 'pubsub' THEN p_group END
+               OR g.group_name IS DISTINCT FROM CASE WHEN v_t.semantics = 'pubsub' THEN fanout._nfc(p_group) END
         INTO v_other
         FROM fanout.lease l JOIN fanout.consumer_group g ON g.group_id = l.group_id
         WHERE l.slot_id = $8 >> 32;
