@@ -15,8 +15,10 @@
 -- Raises: PGQ01, PGQ03 (bad option), PGQ04 (bad name), PGQ09 (reference mode
 -- outside READ COMMITTED: the join snapshot must be fresh), PGQ16 (the group was
 -- cancelled: choose another name), PGQ17 (65th group in reference mode),
--- PGQ19 (not a pubsub topic), PGQ25 (a groups quota of a grant matching the
--- topic: fanout.set_quota).
+-- PGQ19 (not a pubsub topic), PGQ22 (the topic has max_groups groups; a
+-- topic's new groups are subscribed one at a time, so concurrent ones count
+-- each other), PGQ25 (a groups quota of a grant matching the topic:
+-- fanout.set_quota).
 -- Tables: fanout.topic, fanout.lock_row (the topic's, for a new group), fanout.topic_grant
 -- (quota rows locked), fanout.consumer_group, fanout.kpart (partitioned topics:
 -- the group's partition cursors), fanout.event_log, fanout_data.*.
@@ -51,6 +53,14 @@ BEGIN
             USING ERRCODE = 'PGQ19', HINT = 'queue readers just call fanout.read()';
     END IF;
     $2 := fanout._check_name('group_name', $2);  -- NFC
+    IF NOT EXISTS (SELECT 1 FROM fanout.consumer_group g WHERE g.topic_id = v_t.topic_id AND g.group_name = $2) THEN
+        -- A topic's new groups one at a time, on the topic's lock row (a row
+        -- of pgq's own, not an advisory lock any role could take), taken
+        -- before the limits are counted: the max_groups count below then
+        -- sees the groups of subscribes that committed while this one
+        -- waited (two at once both passed it).
+        PERFORM fanout._lock_row_wait('subscribe:' || v_t.topic_id);
+    END IF;
     PERFORM fanout._check_subscribe_limits(v_t, $2, $6, $7, $8);
     v_pos := fanout._normalize_option('start_position', $3);
     IF $6 IS NULL OR $6 < 0 THEN
@@ -78,11 +88,11 @@ BEGIN
     IF NOT FOUND THEN
         -- A new group: creators of new groups on the topic go one at a time
         -- on the topic's lock row (new groups are rare; an existing group's
-        -- subscribe, every member's restart, takes only its own row). A row
-        -- of pgq's own, not an advisory lock any role could take on the
-        -- names, nor the topic's row (regenerate_topics and publish lock
-        -- it). Then the group again: a creator that held the row before this
-        -- one committed it meanwhile (a fresh snapshot in READ COMMITTED).
+        -- subscribe, every member's restart, takes only its own row; the row
+        -- is usually held already, from before the count above). Not the
+        -- topic's row (regenerate_topics and publish lock it). Then the
+        -- group again: a creator that held the row before this one committed
+        -- it meanwhile (a fresh snapshot in READ COMMITTED).
         PERFORM fanout._lock_row_wait('subscribe:' || v_t.topic_id);
         SELECT * INTO v_g FROM fanout.consumer_group g
         WHERE g.topic_id = v_t.topic_id AND g.group_name = $2 FOR NO KEY UPDATE;

@@ -14,7 +14,9 @@
 -- running server's. Records the lease's consumer as alive
 -- (fanout._touch_member). The caller must be allowed to consume the lease's
 -- topic (fanout._authorize), checked before the lock so that another tenant
--- cannot even block the lease; not checked again when the caller has
+-- cannot even block the lease (a slot that does not exist at the check is
+-- PGQ10 at once, so that one made after it is never locked unchecked); not
+-- checked again when the caller has
 -- checked it (p_checked: read(..., ack =>), which consumes the lease's
 -- topic and group), nor when this transaction wrote the slot's row (the
 -- read that handed the page out, or an earlier ack of it, checked it in
@@ -33,17 +35,29 @@ DECLARE
     v_l     fanout.lease;
     v_epoch int := (p_lease_id >> 16) & 65535;
     v_page  bigint := p_lease_id & 65535;
+    v_topic text;
+    v_check boolean;
 BEGIN
     IF p_lease_id IS NULL THEN
         RAISE EXCEPTION 'lease_id must not be NULL' USING ERRCODE = 'PGQ03';
     END IF;
     IF NOT p_checked THEN
-        PERFORM fanout._authorize(t.topic, 'consume')
+        SELECT t.topic, l.xmin IS DISTINCT FROM pg_current_xact_id_if_assigned()::xid
+                        OR current_setting('fanout.xact_caller', true) IS DISTINCT FROM fanout._caller()::text
+        INTO v_topic, v_check
         FROM fanout.lease l
         JOIN fanout.consumer_group g ON g.group_id = l.group_id
         JOIN fanout.topic t ON t.topic_id = g.topic_id
-        WHERE l.slot_id = p_lease_id >> 32
-          AND l.xmin IS DISTINCT FROM pg_current_xact_id_if_assigned()::xid;
+        WHERE l.slot_id = p_lease_id >> 32;
+        IF NOT FOUND THEN
+            -- No slot now: one made after this check (another topic's next
+            -- read) must not be locked below unchecked.
+            RAISE EXCEPTION 'lease % does not exist', p_lease_id
+                USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
+        END IF;
+        IF v_check THEN
+            PERFORM fanout._authorize(v_topic, 'consume');
+        END IF;
     END IF;
     -- The slot's current page, locked; else (no lock) what the slot holds.
     SELECT * INTO v_l FROM fanout.lease l

@@ -6,6 +6,10 @@
 -- (fanout_producer, fanout_consumer, fanout_admin; 'any': one of them) and a
 -- grant in fanout.topic_grant matching the topic for that privilege or
 -- 'admin', held by a role it has the privileges of (pg_has_role USAGE).
+-- When allowed, notes the caller in the transaction-local setting
+-- fanout.xact_caller ('0' once two callers were allowed in the transaction,
+-- after a SET ROLE): fanout._lock_lease skips its check for a slot row this
+-- transaction wrote only for the one caller allowed in it.
 -- Tables: fanout.topic_grant, pg_namespace.
 CREATE OR REPLACE FUNCTION fanout._may(p_topic text, p_privilege text)
 RETURNS boolean
@@ -15,6 +19,7 @@ AS $fn$
 DECLARE
     v_caller oid := fanout._caller();
     v_topic  text := fanout._nfc(p_topic);
+    v_ok     boolean;
 BEGIN
     IF v_caller IS NULL OR p_topic IS NULL THEN
         RETURN false;
@@ -26,8 +31,7 @@ BEGIN
     -- shared relations never take the fast path, so every call queued on the
     -- same lock-manager partition (a storm of 150 readers spent a tenth of
     -- its time there).
-    RETURN (
-        SELECT pg_has_role(v_caller, n.nspowner, 'USAGE')
+    SELECT pg_has_role(v_caller, n.nspowner, 'USAGE')
                OR (CASE p_privilege
                        WHEN 'publish' THEN pg_has_role(v_caller, 'fanout_producer', 'USAGE')
                        WHEN 'consume' THEN pg_has_role(v_caller, 'fanout_consumer', 'USAGE')
@@ -41,7 +45,14 @@ BEGIN
                          AND CASE WHEN right(g.pattern, 1) = '%' THEN starts_with(v_topic, left(g.pattern, -1))
                                   ELSE v_topic = g.pattern END
                          AND pg_has_role(v_caller, g.role, 'USAGE')))  -- false for a dropped role
-        FROM pg_namespace n
-        WHERE n.nspname = 'fanout');
+    INTO v_ok
+    FROM pg_namespace n
+    WHERE n.nspname = 'fanout';
+    IF v_ok AND current_setting('fanout.xact_caller', true) IS DISTINCT FROM v_caller::text THEN
+        PERFORM set_config('fanout.xact_caller',
+                           CASE WHEN coalesce(current_setting('fanout.xact_caller', true), '') = ''
+                                THEN v_caller::text ELSE '0' END, true);
+    END IF;
+    RETURN coalesce(v_ok, false);
 END
 $fn$;

@@ -68,6 +68,7 @@ DECLARE
     v_t         fanout.topic;
     v_now       timestamptz := clock_timestamp();
     v_p         record;
+    v_other     boolean;
 BEGIN
     PERFORM fanout._enter($1, 'consume');
     IF p_max IS NULL OR p_max < 1 OR p_max > 10000 THEN
@@ -95,10 +96,18 @@ BEGIN
             quote_literal(p_topic) USING ERRCODE = 'PGQ03';
     END IF;
     IF $8 IS NOT NULL THEN
-        IF EXISTS (SELECT 1 FROM fanout.lease l JOIN fanout.consumer_group g ON g.group_id = l.group_id
-                   WHERE l.slot_id = $8 >> 32
-                     AND (g.topic_id <> v_t.topic_id
-                          OR g.group_name IS DISTINCT FROM CASE WHEN v_t.semantics = 'pubsub' THEN p_group END)) THEN
+        -- The slot must exist now: a slot's group never changes, but a slot
+        -- made after this check (another topic's next read) would be acked
+        -- below without a grant check.
+        SELECT g.topic_id <> v_t.topic_id
+               OR g.group_name IS DISTINCT FROM CASE WHEN v_t.semantics = 'pubsub' THEN fanout._nfc(p_group) END
+        INTO v_other
+        FROM fanout.lease l JOIN fanout.consumer_group g ON g.group_id = l.group_id
+        WHERE l.slot_id = $8 >> 32;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'lease % does not exist', $8
+                USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
+        ELSIF v_other THEN
             RAISE EXCEPTION 'ack => % is a lease of another topic or group than %/%', $8, p_topic,
                 coalesce(p_group, '') USING ERRCODE = 'PGQ03';
         END IF;
