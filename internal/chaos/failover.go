@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path/filepath"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -100,25 +99,11 @@ func runFailover(ctx context.Context, cfg Config, out io.Writer, sync bool) (*ve
 	pconn.Close(ctx)
 	multi := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/%s?sslmode=disable&target_session_attrs=read-write&connect_timeout=3",
 		primary.port, standby.port, dbName)
-	runDir := filepath.Join(cfg.RunDir, "failover-"+mode)
-	if err := mkdir(runDir); err != nil {
-		return nil, err
+	f, err := startFailoverFleet(ctx, cfg, log, "failover-"+mode, multi, dbName, 1)
+	if f != nil {
+		defer f.sup.stopAll(context.Background(), 10*time.Second)
 	}
-	fcfg := cfg
-	fcfg.RunDir = runDir
-	sup := &supervisor{runDir: runDir, log: log, restartDelay: time.Second}
-	f := &fleet{cfg: fcfg, url: multi, adminDB: multi, dbName: dbName, topics: failoverTopics(), sup: sup}
-	defer sup.stopAll(context.Background(), 10*time.Second)
-	if err := f.setup(ctx); err != nil {
-		return nil, err
-	}
-	if err := f.startSchedulers(1); err != nil {
-		return nil, err
-	}
-	if err := f.startWorkers(); err != nil {
-		return nil, err
-	}
-	if err := f.startProducers(ctx); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	defer f.prod.stop()
@@ -157,8 +142,8 @@ func runFailover(ctx context.Context, cfg Config, out io.Writer, sync bool) (*ve
 	if _, err := f.drain(ctx); err != nil {
 		log.Error("drain incomplete (verifying anyway)", "error", err)
 	}
-	sup.stopAll(ctx, 10*time.Second)
-	v, err := verify(ctx, newURL, runDir, f.topics)
+	f.sup.stopAll(ctx, 10*time.Second)
+	v, err := verify(ctx, newURL, f.cfg.RunDir, f.topics)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -362,4 +364,34 @@ func (f *fleet) drain(ctx context.Context) (time.Duration, error) {
 		}
 	}
 	return time.Since(start), fmt.Errorf("groups not drained within %s: %s", f.cfg.DrainTimeout, last)
+}
+
+// startFailoverFleet sets up the failover topics on url (a multi-host URL)
+// and starts schedulers, workers and producers against it, recording under
+// cfg.RunDir/name: the load of the failover and HA scenarios. The returned
+// fleet, also on an error once its supervisor exists, must be stopped with
+// f.sup.stopAll.
+func startFailoverFleet(ctx context.Context, cfg Config, log *slog.Logger, name, url, dbName string,
+	schedulers int) (*fleet, error) {
+	runDir := filepath.Join(cfg.RunDir, name)
+	if err := mkdir(runDir); err != nil {
+		return nil, err
+	}
+	fcfg := cfg
+	fcfg.RunDir = runDir
+	sup := &supervisor{runDir: runDir, log: log, restartDelay: time.Second}
+	f := &fleet{cfg: fcfg, url: url, adminDB: url, dbName: dbName, topics: failoverTopics(), sup: sup}
+	if err := f.setup(ctx); err != nil {
+		return f, err
+	}
+	if err := f.startSchedulers(schedulers); err != nil {
+		return f, err
+	}
+	if err := f.startWorkers(); err != nil {
+		return f, err
+	}
+	if err := f.startProducers(ctx); err != nil {
+		return f, err
+	}
+	return f, nil
 }

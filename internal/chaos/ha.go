@@ -271,25 +271,11 @@ func RunHA(ctx context.Context, hc HAConfig, out io.Writer) (HASummary, error) {
 			return sum, err
 		}
 	}
-	runDir := filepath.Join(cfg.RunDir, "ha")
-	if err := mkdir(runDir); err != nil {
-		return sum, err
+	f, err := startFailoverFleet(ctx, cfg, log, "ha", multi, dbName, 2)
+	if f != nil {
+		defer f.sup.stopAll(context.Background(), 10*time.Second)
 	}
-	fcfg := cfg
-	fcfg.RunDir = runDir
-	sup := &supervisor{runDir: runDir, log: log, restartDelay: time.Second}
-	f := &fleet{cfg: fcfg, url: multi, adminDB: multi, dbName: dbName, topics: failoverTopics(), sup: sup}
-	defer sup.stopAll(context.Background(), 10*time.Second)
-	if err := f.setup(ctx); err != nil {
-		return sum, err
-	}
-	if err := f.startSchedulers(2); err != nil {
-		return sum, err
-	}
-	if err := f.startWorkers(); err != nil {
-		return sum, err
-	}
-	if err := f.startProducers(ctx); err != nil {
+	if err != nil {
 		return sum, err
 	}
 	defer f.stopProducers()
@@ -397,7 +383,7 @@ func RunHA(ctx context.Context, hc HAConfig, out io.Writer) (HASummary, error) {
 		fail("drain incomplete: %v", err)
 	}
 	stopProbes()
-	sup.stopAll(ctx, 10*time.Second)
+	f.sup.stopAll(ctx, 10*time.Second)
 	final, err := m.leader()
 	if err != nil {
 		return sum, err
@@ -430,7 +416,7 @@ func RunHA(ctx context.Context, hc HAConfig, out io.Writer) (HASummary, error) {
 			sum.LeaderGap = max(sum.LeaderGap, lg)
 		}
 	}
-	v, err := verify(ctx, m.nodeURL(final, dbName), runDir, f.topics)
+	v, err := verify(ctx, m.nodeURL(final, dbName), f.cfg.RunDir, f.topics)
 	if err != nil {
 		return sum, err
 	}

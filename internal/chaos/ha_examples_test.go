@@ -43,12 +43,14 @@ func TestExamplesAcrossFailover(t *testing.T) {
 	standby := &cluster{root: primary.root, name: "ha-s", port: port + 1}
 	require.NoError(t, standby.destroy(ctx))
 	t.Cleanup(func() { _ = standby.destroy(context.Background()) })
-	_, err = freshDatabase(ctx, adminP, "haex")
-	require.NoError(t, err)
+	// A database per example: both create their tables at start, and two
+	// CREATE TABLE IF NOT EXISTS of one name at once fail (23505).
+	for _, db := range []string{"haex_python", "haex_node"} {
+		_, err = freshDatabase(ctx, adminP, db)
+		require.NoError(t, err)
+	}
 	_, err = standby.standbyOf(ctx, primary)
 	require.NoError(t, err)
-	multi := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/haex?sslmode=disable&target_session_attrs=read-write&connect_timeout=3",
-		standby.port, primary.port)
 
 	for _, ex := range []struct {
 		name, topic string
@@ -59,8 +61,11 @@ func TestExamplesAcrossFailover(t *testing.T) {
 	} {
 		t.Run(ex.name, func(t *testing.T) {
 			t.Parallel() // each example waits out a lease of its own killed reads (30 s)
+			dbName := "haex_" + ex.name
+			multi := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/%s?sslmode=disable&target_session_attrs=read-write&connect_timeout=3",
+				standby.port, primary.port, dbName)
 			admin := connect(ctx, t, adminP)
-			db := connect(ctx, t, testdb.WithDatabase(adminP, "haex")+"&application_name=ha-monitor")
+			db := connect(ctx, t, testdb.WithDatabase(adminP, dbName)+"&application_name=ha-monitor")
 			cmd := exec.CommandContext(ctx, ex.cmd[0], append(ex.cmd[1:], "--url", multi, "--count", "300")...)
 			var out strings.Builder
 			cmd.Stdout, cmd.Stderr = &out, &out
@@ -87,8 +92,8 @@ func TestExamplesAcrossFailover(t *testing.T) {
 				if killed < 6 && processed > 0 && processed < 250 {
 					var n int
 					require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
-						FROM (SELECT pid FROM pg_stat_activity WHERE datname = 'haex' AND backend_type = 'client backend'
-						AND pid <> pg_backend_pid() AND application_name = '' ORDER BY random() LIMIT 1) t`).Scan(&n))
+						FROM (SELECT pid FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'
+						AND pid <> pg_backend_pid() AND application_name = '' ORDER BY random() LIMIT 1) t`, dbName).Scan(&n))
 					killed += n
 				}
 			}
