@@ -29,6 +29,8 @@ type patroniCluster struct {
 	log      func(msg string, args ...any)
 
 	etcd *exec.Cmd
+	// etcdExited is closed once etcd's process has been waited for.
+	etcdExited chan struct{}
 }
 
 type patroniNode struct {
@@ -106,6 +108,62 @@ func pgBinDir() (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// startEtcd starts etcd and waits until it is healthy. Its ports lie in
+// Linux's ephemeral range, where another process's outgoing connection may
+// hold one for a moment: a start that fails on "address already in use" is
+// tried again (as scripts/devdb.sh does for PostgreSQL).
+func (c *patroniCluster) startEtcd(ctx context.Context) error {
+	logPath := filepath.Join(c.dir, "etcd.log")
+	peer := fmt.Sprintf("http://127.0.0.1:%d", c.etcdPort+1)
+	client := fmt.Sprintf("http://127.0.0.1:%d", c.etcdPort)
+	for attempt := 1; ; attempt++ {
+		etcdLog, err := os.Create(logPath)
+		if err != nil {
+			return err
+		}
+		c.etcd = exec.Command("etcd", "--name", "ha", "--data-dir", filepath.Join(c.dir, "etcd"),
+			"--listen-client-urls", client, "--advertise-client-urls", client,
+			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+			"--initial-cluster", "ha="+peer, "--initial-cluster-state", "new")
+		c.etcd.Stdout, c.etcd.Stderr = etcdLog, etcdLog
+		c.etcd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := c.etcd.Start(); err != nil {
+			etcdLog.Close()
+			return fmt.Errorf("start etcd: %w", err)
+		}
+		exited := make(chan struct{})
+		c.etcdExited = exited
+		go func() { _ = c.etcd.Wait(); etcdLog.Close(); close(exited) }()
+		err = waitFor(ctx, 30*time.Second, func() error {
+			select {
+			case <-exited:
+				return errors.New("etcd exited")
+			default:
+			}
+			resp, err := http.Get(client + "/health")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			return nil
+		})
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			b, _ := os.ReadFile(logPath)
+			if attempt < 6 && strings.Contains(string(b), "address already in use") {
+				c.log("etcd: a port is taken for now; retrying", "attempt", attempt)
+				time.Sleep(2 * time.Second)
+				continue
+			}
+		default:
+		}
+		return fmt.Errorf("etcd not healthy: %w", err)
+	}
+}
+
 // start wipes the working folder, starts etcd and the three nodes, and
 // waits until one leads and both others stream from it synchronously.
 func (c *patroniCluster) start(ctx context.Context) error {
@@ -123,30 +181,8 @@ func (c *patroniCluster) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	etcdLog, err := os.Create(filepath.Join(c.dir, "etcd.log"))
-	if err != nil {
+	if err := c.startEtcd(ctx); err != nil {
 		return err
-	}
-	peer := fmt.Sprintf("http://127.0.0.1:%d", c.etcdPort+1)
-	client := fmt.Sprintf("http://127.0.0.1:%d", c.etcdPort)
-	c.etcd = exec.Command("etcd", "--name", "ha", "--data-dir", filepath.Join(c.dir, "etcd"),
-		"--listen-client-urls", client, "--advertise-client-urls", client,
-		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "ha="+peer, "--initial-cluster-state", "new")
-	c.etcd.Stdout, c.etcd.Stderr = etcdLog, etcdLog
-	c.etcd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := c.etcd.Start(); err != nil {
-		return fmt.Errorf("start etcd: %w", err)
-	}
-	if err := waitFor(ctx, 30*time.Second, func() error {
-		resp, err := http.Get(client + "/health")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		return nil
-	}); err != nil {
-		return fmt.Errorf("etcd not healthy: %w", err)
 	}
 	for _, n := range c.nodes {
 		if err := os.MkdirAll(n.dir, 0o700); err != nil {
@@ -308,13 +344,11 @@ func (c *patroniCluster) stop() {
 	}
 	if c.etcd != nil && c.etcd.Process != nil {
 		_ = c.etcd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = c.etcd.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-c.etcdExited:
 		case <-time.After(10 * time.Second):
 			_ = c.etcd.Process.Kill()
-			<-done
+			<-c.etcdExited
 		}
 	}
 }
