@@ -568,3 +568,44 @@ func TestHeartbeatSeesCancelledGroup(t *testing.T) {
 		t.Fatal("Run did not stop on a cancelled group")
 	}
 }
+
+// TestLingerGathersAPage: a consumer with Linger reads once for messages
+// published one by one while it lingers; one without reads as soon as the
+// first notification comes, so the same messages take it two pages or more.
+func TestLingerGathersAPage(t *testing.T) {
+	t.Parallel()
+	b, ctx := setup(t)
+	createTopic(t, ctx, b.Pool, "trickle", "semantics => 'pubsub'")
+	consumers := map[string]*client.Consumer{}
+	collectors := map[string]*collector{}
+	for group, linger := range map[string]time.Duration{"eager": 0, "patient": 3 * time.Second} {
+		_, err := b.Pool.Exec(ctx, `SELECT * FROM fanout.subscribe('trickle', $1)`, group)
+		require.NoError(t, err)
+		collectors[group] = newCollector()
+		c, err := client.NewConsumer(b.Pool, client.Config{Topic: "trickle", Group: group, Linger: linger,
+			PollInterval: time.Hour, ListenCheckTimeout: -1, Logger: quiet}, collectors[group].handle)
+		require.NoError(t, err)
+		consumers[group] = c
+		run(t, ctx, c)
+		eventually(t, func() bool { return c.Stats().EmptyReads >= 1 }, 10*time.Second, group+" idle")
+	}
+	pub := client.NewPublisher(b.Pool)
+	publish := func() {
+		_, err := pub.Publish(ctx, "trickle", client.Message{Payload: json.RawMessage(`1`)})
+		require.NoError(t, err)
+	}
+	publish()
+	collectors["eager"].wait(t, 1, 10*time.Second) // the eager one has read the first alone
+	for i := 0; i < 3; i++ {
+		publish()
+	}
+	collectors["eager"].wait(t, 3, 10*time.Second)
+	collectors["patient"].wait(t, 4, 20*time.Second)
+	pages := func(c *client.Consumer) int64 { s := c.Stats(); return s.Reads - s.EmptyReads }
+	require.Equal(t, int64(1), pages(consumers["patient"]), "the lingering consumer read the four messages in one page")
+	require.GreaterOrEqual(t, pages(consumers["eager"]), int64(2), "the eager consumer read the first message alone")
+
+	_, err := client.NewConsumer(b.Pool, client.Config{Topic: "trickle", Group: "eager", Linger: time.Second,
+		PollInterval: time.Second}, collectors["eager"].handle)
+	require.ErrorContains(t, err, "Config.Linger must be 0 or more and below PollInterval")
+}

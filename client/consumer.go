@@ -57,6 +57,16 @@ type Config struct {
 	// when it has seen no notification: the fallback for lost or disabled
 	// notifications. Default 1 s.
 	PollInterval time.Duration
+	// Linger, when > 0, is how long the consumer waits after a
+	// notification before it reads, so that one page gathers what is
+	// published meanwhile instead of a page per message (Kafka's
+	// fetch.max.wait.ms with fetch.min.bytes). It trades up to Linger of
+	// latency for fewer, fuller reads: with many groups every publish wakes
+	// every group's consumer, and a read costs the server about the same
+	// whether it returns one message or a hundred (docs/lt-matrix.md has
+	// the figures). It applies only after a short page; a full page is
+	// followed by the next read at once. Default 0: read at once.
+	Linger time.Duration
 	// DisableListen turns LISTEN off: the consumer only polls. The consumer
 	// also polls only when the topic was created with notify => false.
 	DisableListen bool
@@ -165,6 +175,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = DefaultPollInterval
+	}
+	if c.Linger < 0 || c.Linger >= c.PollInterval {
+		return c, fmt.Errorf("pgq client: Config.Linger must be 0 or more and below PollInterval (%s), got %s", c.PollInterval, c.Linger)
 	}
 	if c.StopTimeout <= 0 {
 		c.StopTimeout = c.Lease
@@ -500,6 +513,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 			case <-wake:
 			default:
 			}
+			if !c.linger(ctx, timer) {
+				return nil
+			}
 			continue
 		}
 		timer.Reset(c.cfg.PollInterval)
@@ -512,8 +528,28 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return err
 		case <-wake:
 			timer.Stop() // Go ≥ 1.23 timers: no stale tick after Stop/Reset
+			if !c.linger(ctx, timer) {
+				return nil
+			}
 		case <-timer.C:
 		}
+	}
+}
+
+// linger waits Config.Linger before a read that a notification asked for,
+// so that the page gathers what is published meanwhile. It returns false
+// when ctx ended first.
+func (c *Consumer) linger(ctx context.Context, timer *time.Timer) bool {
+	if c.cfg.Linger <= 0 {
+		return true
+	}
+	timer.Reset(c.cfg.Linger)
+	select {
+	case <-ctx.Done():
+		timer.Stop()
+		return false
+	case <-timer.C:
+		return true
 	}
 }
 
