@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -545,4 +546,111 @@ func TestCaptureNamesWithDollarQuotes(t *testing.T) {
 	require.NoError(t, json.Unmarshal(payload, &c))
 	require.Equal(t, map[string]any{"id$body$": 1.0}, c.Key)
 	require.Equal(t, map[string]any{"id$body$": 1.0, "v": "v"}, c.New)
+}
+
+// The generated trigger function enters the topic on every statement, as
+// every publish does, with its own static SQL (not fanout._enter): a grant
+// revoked between two statements of one transaction refuses the second
+// (PGQ21); a topic's bytes quota blocks writes (PGQ25); drop_topic waits for
+// a writer that is mid-transaction (whose next statement still publishes)
+// and then drops; a writer that comes in while a drop is under way waits
+// for it and gets PGQ01, not an error about the topic's vanished table.
+func TestCaptureFencesEachStatement(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	db := b.Pool
+	b.createTopic(t, db, "f.changes")
+	b.tIsolate(t)
+	writer, w := b.tRole(t, "capf_writer", "fanout_producer")
+	b.tGrant(t, db, "f.changes", writer, "publish")
+	for _, sql := range []string{
+		`CREATE TABLE capf (id int PRIMARY KEY, v text)`,
+		fmt.Sprintf(`GRANT INSERT, UPDATE, DELETE, SELECT ON capf TO %s`, pgx.Identifier{writer}.Sanitize()),
+		`SELECT fanout.capture_table('capf', 'f.changes')`,
+	} {
+		_, err := db.Exec(b.ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	t.Cleanup(func() { _, _ = db.Exec(b.ctx, `DROP TABLE IF EXISTS capf`) })
+	// A transaction left open by a failed step would hold the table the
+	// cleanup drops: rolled back first (cleanups run last first).
+	begin := func(c *pgx.Conn) pgx.Tx {
+		tx, err := c.Begin(b.ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		return tx
+	}
+	waiting := func(pid uint32) func() bool {
+		return func() bool {
+			return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`, pid) == 1
+		}
+	}
+
+	// A REVOKE between two statements of one transaction: the second fails.
+	tx := begin(w)
+	_, err := tx.Exec(b.ctx, `INSERT INTO capf VALUES (1, 'a')`)
+	require.NoError(t, err)
+	var removed bool
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT fanout.revoke_topic('f.changes', $1::regrole, 'publish')`, writer).Scan(&removed))
+	require.True(t, removed)
+	_, err = tx.Exec(b.ctx, `UPDATE capf SET v = 'b' WHERE id = 1`)
+	requireSQLState(t, err, "PGQ21")
+	require.NoError(t, tx.Rollback(b.ctx))
+	_, err = w.Exec(b.ctx, `INSERT INTO capf VALUES (1, 'a')`)
+	requireSQLState(t, err, "PGQ21")
+	b.tGrant(t, db, "f.changes", writer, "publish")
+
+	// The topic's bytes quota blocks the writes; lifted, they go through.
+	topicID := b.count(t, `SELECT topic_id FROM fanout.topic WHERE topic = 'f.changes'`)
+	_, err = db.Exec(b.ctx, `INSERT INTO fanout.quota_block (topic_id, pattern, bytes, max_bytes, since)
+	                         VALUES ($1, 'f.%', 2, 1, now())`, topicID)
+	require.NoError(t, err)
+	_, err = w.Exec(b.ctx, `INSERT INTO capf VALUES (1, 'a')`)
+	requireSQLState(t, err, "PGQ25")
+	_, err = db.Exec(b.ctx, `DELETE FROM fanout.quota_block WHERE topic_id = $1`, topicID)
+	require.NoError(t, err)
+	_, err = w.Exec(b.ctx, `INSERT INTO capf VALUES (1, 'a')`)
+	require.NoError(t, err)
+	require.Equal(t, []string{"insert 1"}, ops(b.drainCaptured(t, db, "f.changes", nil)))
+
+	// drop_topic while the writer is mid-transaction: the drop waits for the
+	// writer, whose next statement still publishes; then the drop goes
+	// through, and the writer's next transaction finds no topic.
+	admin := b.Conn(t)
+	adminPID := admin.PgConn().PID()
+	tx = begin(w)
+	_, err = tx.Exec(b.ctx, `INSERT INTO capf VALUES (2, 'b')`)
+	require.NoError(t, err)
+	dropped := make(chan error, 1)
+	go func() {
+		_, err := admin.Exec(b.ctx, `SELECT fanout.drop_topic('f.changes', force => true)`)
+		dropped <- err
+	}()
+	require.Eventually(t, waiting(adminPID), time.Minute, 10*time.Millisecond, "the drop waits for the writer")
+	_, err = tx.Exec(b.ctx, `UPDATE capf SET v = 'c' WHERE id = 2`)
+	require.NoError(t, err, "the writer's next statement in its transaction still publishes")
+	require.NoError(t, tx.Commit(b.ctx))
+	require.NoError(t, <-dropped)
+	_, err = w.Exec(b.ctx, `DELETE FROM capf WHERE id = 2`)
+	requireSQLState(t, err, "PGQ01")
+
+	// A writer that comes in while a drop is under way waits for it, then
+	// gets PGQ01 (the topic created again and captured again first, so that
+	// the writer takes the generated function's own way).
+	b.createTopic(t, db, "f.changes")
+	_, err = db.Exec(b.ctx, `SELECT fanout.capture_table('capf', 'f.changes')`)
+	require.NoError(t, err)
+	_, err = w.Exec(b.ctx, `INSERT INTO capf VALUES (3, 'c')`)
+	require.NoError(t, err)
+	atx := begin(admin)
+	_, err = atx.Exec(b.ctx, `SELECT fanout.drop_topic('f.changes', force => true)`)
+	require.NoError(t, err)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := w.Exec(b.ctx, `INSERT INTO capf VALUES (4, 'd')`)
+		wrote <- err
+	}()
+	require.Eventually(t, waiting(w.PgConn().PID()), time.Minute, 10*time.Millisecond, "the writer waits for the drop")
+	require.NoError(t, atx.Commit(b.ctx))
+	requireSQLState(t, <-wrote, "PGQ01")
 }

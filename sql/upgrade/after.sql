@@ -23,6 +23,26 @@ BEGIN
 END
 $upgrade$;
 
+-- Change capture: every capture's generated trigger function made again
+-- from the current template (fanout._capture_generate; the triggers keep
+-- pointing at it), so captures made before this release run the new one.
+-- A capture whose topic is gone keeps its function (its writes fail with
+-- PGQ01 until the topic exists again or capture_table is called again).
+DO $upgrade$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT c.capture_id FROM fanout.capture c
+        WHERE EXISTS (SELECT 1 FROM fanout.topic t WHERE t.topic = c.topic)
+          AND to_regprocedure(format('fanout_data.%I()', 'capture_' || c.capture_id)) IS NOT NULL
+        ORDER BY c.capture_id
+    LOOP
+        PERFORM fanout._capture_generate(r.capture_id);
+    END LOOP;
+END
+$upgrade$;
+
 -- Every topic's lock rows: of the reconciliation of its stamps
 -- (fanout._reconcile_stamps) and of subscribes of new groups
 -- (fanout.subscribe); create_topic makes them for new topics.
