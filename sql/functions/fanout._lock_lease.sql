@@ -1,6 +1,11 @@
--- fanout._lock_lease(p_lease_id): the lease's slot row, locked FOR UPDATE (so
--- that an ack and a takeover by another reader are serialised). A lease id
--- is slot_id * 2^32 + epoch * 2^16 + page_no (fanout._lease_open). An
+-- fanout._lock_lease(p_lease_id, p_checked, p_raw): the lease's slot row,
+-- locked FOR UPDATE (so that an ack and a takeover by another reader are
+-- serialised). p_lease_id is the public id the caller presented; its
+-- internal id (slot_id * 2^32 + epoch * 2^16 + page_no, fanout._lease_open)
+-- is decoded here by fanout._lease_code, or passed as p_raw by a caller
+-- that decoded it already (read(..., ack =>)); an id that decodes to
+-- nothing is PGQ10, as an unknown slot. The row comes back with lease_id
+-- the public id as presented (error texts name it, never the internal id). An
 -- earlier page of the slot, of the slot's current epoch or before it, was
 -- settled in full by its holder, since a slot with anything taken away is
 -- never reused: it comes back unlocked as an empty page (no messages,
@@ -12,7 +17,8 @@
 -- went out again since, or will, and the stale holder is fenced (PGQ11). So
 -- is a page number the slot has not reached when the id's epoch is not the
 -- running server's. Records the lease's consumer as alive
--- (fanout._touch_member). The caller must be allowed to consume the lease's
+-- (fanout._touch_member; not for read(..., ack =>), p_checked, whose read
+-- records its own consumer). The caller must be allowed to consume the lease's
 -- topic (fanout._authorize), checked before the lock so that another tenant
 -- cannot even block the lease (a slot that does not exist at the check is
 -- PGQ10 at once, so that one made after it is never locked unchecked); not
@@ -26,20 +32,26 @@
 -- slot has not reached), PGQ11 a page of a lost history, PGQ21 no consume
 -- grant on its topic.
 -- Tables: fanout.lease, fanout.consumer_group, fanout.topic, fanout.member.
-CREATE OR REPLACE FUNCTION fanout._lock_lease(p_lease_id bigint, p_checked boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION fanout._lock_lease(p_lease_id bigint, p_checked boolean DEFAULT false,
+                                              p_raw bigint DEFAULT NULL)
 RETURNS fanout.lease
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE
     v_l     fanout.lease;
-    v_epoch int := (p_lease_id >> 16) & 65535;
-    v_page  bigint := p_lease_id & 65535;
+    v_raw   bigint := coalesce(p_raw, fanout._lease_code(p_lease_id, false));
+    v_epoch int := (v_raw >> 16) & 65535;
+    v_page  bigint := v_raw & 65535;
     v_topic text;
     v_check boolean;
 BEGIN
     IF p_lease_id IS NULL THEN
         RAISE EXCEPTION 'lease_id must not be NULL' USING ERRCODE = 'PGQ03';
+    END IF;
+    IF v_raw IS NULL THEN
+        RAISE EXCEPTION 'lease % does not exist', p_lease_id
+            USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
     END IF;
     IF NOT p_checked THEN
         SELECT t.topic, l.xmin IS DISTINCT FROM pg_current_xact_id_if_assigned()::xid
@@ -48,7 +60,7 @@ BEGIN
         FROM fanout.lease l
         JOIN fanout.consumer_group g ON g.group_id = l.group_id
         JOIN fanout.topic t ON t.topic_id = g.topic_id
-        WHERE l.slot_id = p_lease_id >> 32;
+        WHERE l.slot_id = v_raw >> 32;
         IF NOT FOUND THEN
             -- No slot now: one made after this check (another topic's next
             -- read) must not be locked below unchecked.
@@ -61,28 +73,29 @@ BEGIN
     END IF;
     -- The slot's current page, locked; else (no lock) what the slot holds.
     SELECT * INTO v_l FROM fanout.lease l
-    WHERE l.slot_id = p_lease_id >> 32 AND l.lease_id = p_lease_id FOR UPDATE;
+    WHERE l.slot_id = v_raw >> 32 AND l.raw_id = v_raw FOR UPDATE;
     IF NOT FOUND THEN
-        SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = p_lease_id >> 32;
-        IF v_l.lease_id = p_lease_id THEN
+        SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = v_raw >> 32;
+        IF v_l.raw_id = v_raw THEN
             -- Handed out just now (after the statement above began).
-            SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = p_lease_id >> 32 FOR UPDATE;
+            SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = v_raw >> 32 FOR UPDATE;
         END IF;
     END IF;
-    IF v_l.lease_id IS DISTINCT FROM p_lease_id AND p_lease_id > 0 AND v_l.slot_id IS NOT NULL
+    IF v_l.raw_id IS DISTINCT FROM v_raw AND v_raw > 0 AND v_l.slot_id IS NOT NULL
        AND ((v_page BETWEEN v_l.epoch_since AND v_l.page_no AND v_epoch <> v_l.epoch)
             OR (v_page > v_l.page_no AND v_epoch <> fanout._epoch())) THEN
         RAISE EXCEPTION 'lease % was handed out by a server whose history was lost', p_lease_id
             USING ERRCODE = 'PGQ11',
                   HINT = 'a failover or crash rolled its page back; its messages are handed out again: roll back';
     END IF;
-    IF v_l.slot_id IS NULL OR v_page NOT BETWEEN 1 AND v_l.page_no OR p_lease_id < 0 THEN
+    IF v_l.slot_id IS NULL OR v_page NOT BETWEEN 1 AND v_l.page_no OR v_raw < 0 THEN
         RAISE EXCEPTION 'lease % does not exist', p_lease_id
             USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
     END IF;
-    IF v_l.lease_id <> p_lease_id THEN
+    IF v_l.raw_id <> v_raw THEN
         -- An earlier page of the slot: settled in full, nothing left of it.
         v_l.lease_id := p_lease_id;
+        v_l.raw_id := v_raw;
         v_l.page_no := v_page;
         v_l.msg_ids := '{}';
         v_l.msg_txids := '{}';
@@ -94,8 +107,9 @@ BEGIN
         v_l.generation := NULL;
         RETURN v_l;
     END IF;
-    IF v_l.consumer IS NOT NULL THEN
-        -- Acks, nacks and extensions are signs of life too (throttled per member).
+    IF v_l.consumer IS NOT NULL AND NOT p_checked THEN
+        -- Acks, nacks and extensions are signs of life too (throttled per
+        -- member); read(..., ack =>) records its own consumer instead.
         PERFORM fanout._touch_member(v_l.group_id, v_l.consumer, clock_timestamp());
     END IF;
     RETURN v_l;

@@ -4,6 +4,7 @@
 {{ template "_upgrade_before.sql" . }}
 -- Functions and views whose signature is gone or changed (sql/signatures.txt).
 DROP FUNCTION IF EXISTS fanout._capture_trigger();
+DROP FUNCTION IF EXISTS fanout._lease_open(bigint,text,timestamp with time zone,timestamp with time zone,bigint[],xid8[],integer[],integer,bigint,bigint);
 DROP FUNCTION IF EXISTS fanout._lock_lease(bigint);
 DROP FUNCTION IF EXISTS fanout._topic_lock_key(text);
 DROP FUNCTION IF EXISTS fanout.alter_topic(text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,interval,integer,boolean);
@@ -24,9 +25,13 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._enter.sql" . }}
 {{ template "fanout._group_read.sql" . }}
 {{ template "fanout._group_unread.sql" . }}
+{{ template "fanout._kpart_assign.sql" . }}
 {{ template "fanout._kpart_claim.sql" . }}
 {{ template "fanout._kpart_page.sql" . }}
 {{ template "fanout._kpart_read.sql" . }}
+{{ template "fanout._lease_code.sql" . }}
+{{ template "fanout._lease_open.sql" . }}
+{{ template "fanout._lease_settle.sql" . }}
 {{ template "fanout._lease_take_over.sql" . }}
 {{ template "fanout._lock_lease.sql" . }}
 {{ template "fanout._lock_row_wait.sql" . }}
@@ -38,6 +43,8 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._publish_one.sql" . }}
 {{ template "fanout._quota_check.sql" . }}
 {{ template "fanout._reconcile_stamps.sql" . }}
+{{ template "fanout._release_holds.sql" . }}
+{{ template "fanout._release_lost.sql" . }}
 {{ template "fanout._retries_take.sql" . }}
 {{ template "fanout._sequence_gate.sql" . }}
 {{ template "fanout._try_lock.sql" . }}
@@ -66,6 +73,8 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.capture_table.sql" . }}
 {{ template "fanout.groups.sql" . }}
 {{ template "fanout.heartbeat.sql" . }}
+{{ template "fanout.nack.sql" . }}
+{{ template "fanout.partitions.sql" . }}
 {{ template "fanout.publish.sql" . }}
 {{ template "fanout.read.sql" . }}
 {{ template "fanout.subscribe.sql" . }}
