@@ -8,7 +8,7 @@
 -- (position, delivered count, throttled heartbeat). An idle poll (nothing to
 -- hand out, heartbeat fresh) locks and writes nothing (checked first only
 -- when the session's previous read of the group was empty).
--- p_settling: the internal id of the caller's previous page, which
+-- p_settling: the lease id of the caller's previous page, which
 -- read(..., ack =>) has acked in full and locked without writing its slot
 -- (fanout._ack, p_defer): it is no expired lease to take over, and the new
 -- page goes into its slot in the same update (fanout._lease_open); o_folded
@@ -65,7 +65,7 @@ BEGIN
         SELECT l.* FROM fanout.lease l
         WHERE l.group_id = v_g.group_id AND l.open_count > 0 AND l.expires_at <= p_now
           AND l.slot_id <> coalesce(p_settling >> 32, 0)
-        ORDER BY l.expires_at, l.raw_id
+        ORDER BY l.expires_at, l.lease_id
         LIMIT p_max
         FOR UPDATE SKIP LOCKED
     LOOP
@@ -123,9 +123,9 @@ BEGIN
     END IF;
     PERFORM fanout._set_idle_hint(v_hint, cardinality(o_ids) = 0);
     IF cardinality(o_ids) > 0 THEN
-        SELECT o.o_id, (o.o_raw >> 32) = (p_settling >> 32) INTO o_lease_id, o_folded
-        FROM fanout._lease_open(v_g.group_id, p_consumer, p_now, p_now + p_lease, o_ids, o_txids, o_atts,
-                                p_settling => p_settling) o;
+        o_lease_id := fanout._lease_open(v_g.group_id, p_consumer, p_now, p_now + p_lease, o_ids, o_txids, o_atts,
+                                         p_settling => p_settling);
+        o_folded := (o_lease_id >> 32) = (p_settling >> 32);
     END IF;
 END
 $fn$;

@@ -61,7 +61,7 @@ BEGIN
         v_moved := ARRAY(SELECT x.kpart FROM fanout.kpart x
                          WHERE x.group_id = p_g.group_id AND x.owner = p_consumer
                            AND NOT EXISTS (SELECT 1 FROM fanout.lease l
-                                           WHERE l.slot_id = x.lease_id >> 32 AND l.raw_id = x.lease_id AND l.open_count > 0)
+                                           WHERE l.slot_id = x.lease_id >> 32 AND l.lease_id = x.lease_id AND l.open_count > 0)
                            AND NOT EXISTS (SELECT 1 FROM fanout.retry r
                                            WHERE r.group_id = x.group_id AND r.kpart = x.kpart AND r.attempt > 0)
                          ORDER BY x.kpart DESC
@@ -89,11 +89,11 @@ BEGIN
                                                WHERE m.group_id = x.group_id AND m.consumer = x.owner
                                                  AND m.last_seen >= v_seen)
                                 OR EXISTS (SELECT 1 FROM fanout.lease l
-                                           WHERE l.slot_id = x.lease_id >> 32 AND l.raw_id = x.lease_id AND l.open_count > 0
+                                           WHERE l.slot_id = x.lease_id >> 32 AND l.lease_id = x.lease_id AND l.open_count > 0
                                              AND l.expires_at <= p_now)
                                 OR (x.owner = ANY (v_over)
                                     AND NOT EXISTS (SELECT 1 FROM fanout.lease l
-                                                    WHERE l.slot_id = x.lease_id >> 32 AND l.raw_id = x.lease_id AND l.open_count > 0)
+                                                    WHERE l.slot_id = x.lease_id >> 32 AND l.lease_id = x.lease_id AND l.open_count > 0)
                                     AND NOT EXISTS (SELECT 1 FROM fanout.retry r
                                                     WHERE r.group_id = x.group_id AND r.kpart = x.kpart
                                                       AND r.attempt > 0)))

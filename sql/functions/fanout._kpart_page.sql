@@ -9,7 +9,7 @@
 -- them when there are any, so that the page is in commit order. The stream
 -- page is fanout._window_walk on the partition's position (by priority level
 -- once the topic has priorities). Writes the partition's position, its
--- delivered count and its page (lease_id: the internal id, raw_id) back.
+-- delivered count and its page (lease_id) back.
 -- Returns the page as fanout._group_read does (o_lease_id NULL: nothing to
 -- hand out from this partition now).
 -- Tables: fanout.kpart, fanout.lease, fanout.retry, fanout.dead_letter,
@@ -24,7 +24,6 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
     v_l       fanout.lease;
-    v_raw     bigint;    -- the page's internal id (fanout.kpart.lease_id; fanout._lease_open)
     v_w       record;
     v_take    record;
     -- Whether the group has any retry row (nacked, delayed or replayed
@@ -36,7 +35,7 @@ DECLARE
 BEGIN
     IF p_k.lease_id IS NOT NULL THEN
         SELECT * INTO v_l FROM fanout.lease l
-        WHERE l.slot_id = p_k.lease_id >> 32 AND l.raw_id = p_k.lease_id AND l.open_count > 0;
+        WHERE l.slot_id = p_k.lease_id >> 32 AND l.lease_id = p_k.lease_id AND l.open_count > 0;
         -- The previous page is not settled and its lease runs: not yet.
         IF v_l.lease_id IS NOT NULL AND v_l.expires_at > p_now THEN
             RETURN;
@@ -46,7 +45,7 @@ BEGIN
             -- a long business transaction) holds it: skip the partition this
             -- time rather than wait.
             SELECT * INTO v_l FROM fanout.lease l
-            WHERE l.slot_id = p_k.lease_id >> 32 AND l.raw_id = p_k.lease_id FOR UPDATE SKIP LOCKED;
+            WHERE l.slot_id = p_k.lease_id >> 32 AND l.lease_id = p_k.lease_id FOR UPDATE SKIP LOCKED;
             IF NOT FOUND OR (v_l.open_count > 0 AND v_l.expires_at > p_now) THEN
                 RETURN;
             END IF;
@@ -120,13 +119,12 @@ BEGIN
 
     -- Stamped when handed out (not when the read began): the previous page
     -- of the partition was settled or had expired before this.
-    SELECT o.o_id, o.o_raw INTO o_lease_id, v_raw
-    FROM fanout._lease_open(p_g.group_id, p_consumer, clock_timestamp(), clock_timestamp() + p_lease,
-                            o_ids, o_txids, o_atts, p_k.kpart, p_k.generation, p_k.lease_id >> 32) o;
+    o_lease_id := fanout._lease_open(p_g.group_id, p_consumer, clock_timestamp(), clock_timestamp() + p_lease,
+                                     o_ids, o_txids, o_atts, p_k.kpart, p_k.generation, p_k.lease_id >> 32);
     UPDATE fanout.kpart k
     SET win_lo = p_k.win_lo, win_hi = p_k.win_hi, cur_txid = p_k.cur_txid, cur_id = p_k.cur_id,
         prio_level = p_k.prio_level, prio_txid = p_k.prio_txid, prio_id = p_k.prio_id,
-        lease_id = v_raw, delivered = k.delivered + cardinality(o_ids), last_read_at = p_now
+        lease_id = o_lease_id, delivered = k.delivered + cardinality(o_ids), last_read_at = p_now
     WHERE k.group_id = p_k.group_id AND k.kpart = p_k.kpart;
 END
 $fn$;

@@ -13,8 +13,7 @@
 -- reclaimed) keeps settled empty: "all of msg_ids" needs no second copy of
 -- the ids in the row (the common ack of a whole page; the row stays small
 -- enough for HOT updates, see fanout.lease).
--- A lease is named here by its internal id p_lease_id (fanout.lease.raw_id,
--- not the public id: its slot is p_lease_id >> 32, fanout._lease_open) and
+-- A lease is found by its slot (lease_id >> 32, fanout._lease_open) and
 -- must still be the slot's page. NULL or empty p_ids change nothing.
 -- Returns how many were recorded. Tables: fanout.lease.
 CREATE OR REPLACE FUNCTION fanout._lease_settle(
@@ -32,7 +31,7 @@ BEGIN
         SELECT ARRAY(SELECT x FROM unnest(p_ids) AS x WHERE x <> ALL (l.settled) AND x <> ALL (l.reclaimed))
         INTO v_ids
         FROM fanout.lease l
-        WHERE l.slot_id = p_lease_id >> 32 AND l.raw_id = p_lease_id AND l.open_count > 0
+        WHERE l.slot_id = p_lease_id >> 32 AND l.lease_id = p_lease_id AND l.open_count > 0
         FOR UPDATE;
     END IF;
     v_n := coalesce(cardinality(v_ids), 0);
@@ -43,13 +42,13 @@ BEGIN
         UPDATE fanout.lease l
         SET reclaimed = l.reclaimed || v_ids, open_count = l.open_count - v_n,
             closed_at = CASE WHEN l.open_count = v_n THEN p_now END
-        WHERE l.slot_id = p_lease_id >> 32 AND l.raw_id = p_lease_id;
+        WHERE l.slot_id = p_lease_id >> 32 AND l.lease_id = p_lease_id;
     ELSE
         UPDATE fanout.lease l
         SET settled = CASE WHEN l.open_count = v_n AND l.reclaimed = '{}' THEN '{}' ELSE l.settled || v_ids END,
             open_count = l.open_count - v_n,
             closed_at = CASE WHEN l.open_count = v_n THEN p_now END
-        WHERE l.slot_id = p_lease_id >> 32 AND l.raw_id = p_lease_id;
+        WHERE l.slot_id = p_lease_id >> 32 AND l.lease_id = p_lease_id;
     END IF;
     RETURN v_n;
 END

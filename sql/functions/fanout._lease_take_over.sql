@@ -35,7 +35,7 @@ BEGIN
                                     format('lease %s expired on delivery attempt %s of %s',
                                            p_l.lease_id, p_t.max_attempts, p_t.max_attempts));
     END IF;
-    PERFORM fanout._lease_settle(p_l.raw_id, v.all_ids, true, true, p_now);
+    PERFORM fanout._lease_settle(p_l.lease_id, v.all_ids, true, true, p_now);
     o_ids := v.ids;
     o_txids := v.txids;
     o_atts := v.atts;

@@ -38,7 +38,7 @@ BEGIN
                              ORDER BY l.slot_id FOR UPDATE SKIP LOCKED);
         END IF;
         v_leases := v_leases + (
-            SELECT coalesce(sum(fanout._lease_settle(l.raw_id,
+            SELECT coalesce(sum(fanout._lease_settle(l.lease_id,
                                                      ARRAY(SELECT x FROM unnest(l.msg_ids) AS x
                                                            WHERE x <> ALL (l.settled) AND x <> ALL (l.reclaimed)),
                                                      true, true)), 0)

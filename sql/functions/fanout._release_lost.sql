@@ -40,12 +40,12 @@ BEGIN
     FROM fanout.lease l, unnest(l.msg_ids) AS x
     WHERE l.group_id = p_group_id AND l.open_count > 0 AND x >= p_part.lo_id AND x < p_part.hi_id
       AND x <> ALL (l.settled) AND x <> ALL (l.reclaimed);
-    SELECT coalesce(sum(fanout._lease_settle(o.raw_id, o.ids, true, false)), 0) INTO v_n
-    FROM (SELECT l.raw_id, array_agg(x) AS ids
+    SELECT coalesce(sum(fanout._lease_settle(o.lease_id, o.ids, true, false)), 0) INTO v_n
+    FROM (SELECT l.lease_id, array_agg(x) AS ids
           FROM fanout.lease l, unnest(l.msg_ids) AS x
           WHERE l.group_id = p_group_id AND l.open_count > 0 AND x = ANY (v_leased)
-          GROUP BY l.raw_id
-          ORDER BY l.raw_id) o;
+          GROUP BY l.lease_id
+          ORDER BY l.lease_id) o;
     IF p_sequenced THEN
         PERFORM fanout._sequence_settled(p_group_id, v_retried || v_leased);
     END IF;

@@ -59,7 +59,7 @@ BEGIN
         PERFORM fanout._dead_letter(v_l.group_id, v_table, v_dead.ids, v_dead.txids, v_dead.atts, $4);
     END IF;
 
-    PERFORM fanout._lease_settle(v_l.raw_id, v_targets, false, true, v_now);
+    PERFORM fanout._lease_settle(v_l.lease_id, v_targets, false, true, v_now);
     RETURN v_n;
 END
 $fn$;

@@ -13,7 +13,7 @@ SELECT t.topic, g.group_name, s.kpart AS partition, k.owner, coalesce(k.generati
        u.messages AS lag_messages,
        coalesce(extract(epoch FROM now() - u.oldest_published_at), 0)::float8 AS lag_seconds,
        coalesce((SELECT l.open_count FROM fanout.lease l
-                 WHERE l.slot_id = k.lease_id >> 32 AND l.raw_id = k.lease_id AND l.open_count > 0), 0) AS in_flight,
+                 WHERE l.slot_id = k.lease_id >> 32 AND l.lease_id = k.lease_id AND l.open_count > 0), 0) AS in_flight,
        (SELECT count(*) FROM fanout.retry r
         WHERE r.group_id = g.group_id AND r.kpart = s.kpart AND r.attempt > 0) AS retry_pending,
        coalesce(k.delivered, 0) AS delivered, k.owned_at, k.last_read_at, g.kpart_mode AS mode

@@ -72,7 +72,6 @@ DECLARE
     v_now       timestamptz := clock_timestamp();
     v_p         record;
     v_other     boolean;
-    v_raw       bigint;
     v_defer     bigint;     -- the acked page whose slot the next page takes (fanout._ack, p_defer)
     v_settled   bigint[];
 BEGIN
@@ -107,12 +106,11 @@ BEGIN
         -- below without a grant check. A lease of another topic or group
         -- is refused with the text of a lease that does not exist: the
         -- answer must not tell another tenant's lease from no lease.
-        v_raw := fanout._lease_code($8, false);
         SELECT g.topic_id <> v_t.topic_id
                OR g.group_name IS DISTINCT FROM CASE WHEN v_t.semantics = 'pubsub' THEN fanout._nfc(p_group) END
         INTO v_other
         FROM fanout.lease l JOIN fanout.consumer_group g ON g.group_id = l.group_id
-        WHERE l.slot_id = v_raw >> 32;
+        WHERE l.slot_id = $8 >> 32;
         IF NOT FOUND OR v_other THEN
             RAISE EXCEPTION 'lease % does not exist', $8
                 USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
@@ -130,7 +128,7 @@ BEGIN
         -- The grant was checked above. Unpartitioned: the acked page's slot
         -- is written once, with the next page (fanout._ack's p_defer).
         SELECT a.o_defer, a.o_targets INTO v_defer, v_settled
-        FROM fanout._ack($8, NULL, true, v_raw, v_t.partitions IS NULL) a;
+        FROM fanout._ack($8, NULL, true, v_t.partitions IS NULL) a;
     END IF;
     IF v_t.partitions IS NOT NULL THEN
         SELECT * INTO v_p FROM fanout._kpart_claim(v_t, p_group, p_consumer, p_max, p_lease, p_max_bytes, $7, v_now);

@@ -104,36 +104,3 @@ CREATE TABLE IF NOT EXISTS fanout.quota_block (
     since        timestamptz NOT NULL
 );
 REVOKE ALL ON fanout.topic_usage, fanout.quota_block FROM PUBLIC;
-
--- Lease ids that reveal nothing across topics (fanout._lease_code). The
--- internal id of a page (slot_id * 2^32 + epoch * 2^16 + page_no, from one
--- slot sequence for every topic) keeps its place as raw_id, still a stored
--- generated column that every internal look-up uses; lease_id becomes the
--- public id, written by fanout._lease_open: a keyed permutation of raw_id
--- with bit 62 set. Rows that exist now keep their 0.1.0 ids (raw_id), so a
--- client of that release acks them across the upgrade; legacy_max records
--- the last slot that may hold such an id (0 on a fresh install: none).
--- The key is 32 random bytes, readable by pgq's owner only. Slot ids stay
--- below 2^30 so that an internal id fits the permutation's 62 bits.
-DO $upgrade$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute
-                   WHERE attrelid = 'fanout.lease'::regclass AND attname = 'raw_id' AND NOT attisdropped) THEN
-        ALTER TABLE fanout.lease RENAME COLUMN lease_id TO raw_id;
-        ALTER TABLE fanout.lease ADD COLUMN lease_id bigint;
-        UPDATE fanout.lease SET lease_id = raw_id;
-        ALTER TABLE fanout.lease ALTER COLUMN lease_id SET NOT NULL;
-        ALTER TABLE fanout.lease ALTER COLUMN slot_id SET MAXVALUE 1073741823;
-    END IF;
-END
-$upgrade$;
-CREATE TABLE IF NOT EXISTS fanout.lease_key (
-    one         boolean PRIMARY KEY DEFAULT true CHECK (one),
-    k           bytea NOT NULL CHECK (length(k) = 32),
-    legacy_max  bigint NOT NULL   -- slots up to this one may hold a 0.1.0 lease id
-);
-REVOKE ALL ON fanout.lease_key FROM PUBLIC;
-INSERT INTO fanout.lease_key (k, legacy_max)
-SELECT decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'),
-       coalesce((SELECT max(l.slot_id) FROM fanout.lease l), 0)
-ON CONFLICT DO NOTHING;

@@ -1,11 +1,10 @@
--- fanout._ack(p_lease_id, p_ids, p_checked, p_raw, p_defer): fanout.ack's
--- work (see there), shared with read(..., ack =>), which passes p_checked:
--- it has checked the caller's consume grant on the lease's topic in the same
--- call (fanout._lock_lease does not check it again), p_raw, the lease's
--- internal id it decoded for that check, and p_defer: when the ack settles
+-- fanout._ack(p_lease_id, p_ids, p_checked, p_defer): fanout.ack's work
+-- (see there), shared with read(..., ack =>), which passes p_checked: it has
+-- checked the caller's consume grant on the lease's topic in the same call
+-- (fanout._lock_lease does not check it again), and p_defer: when the ack settles
 -- every message still open of a page from which nothing was taken (the
 -- pipelined consumer's ack of its previous page), the slot row is not
--- written here but handed back (o_defer, its internal id, and o_targets,
+-- written here but handed back (o_defer, its id, and o_targets,
 -- the messages settled): the read puts its next page into that slot with
 -- the same update (fanout._lease_open, p_settling), or settles it with
 -- fanout._lease_settle when it opens no page there. The caller holds the
@@ -13,8 +12,7 @@
 -- Returns how many messages were settled (o_n). Raises as fanout.ack.
 -- Tables: as fanout.ack.
 CREATE OR REPLACE FUNCTION fanout._ack(
-    p_lease_id bigint, p_ids bigint[], p_checked boolean, p_raw bigint DEFAULT NULL,
-    p_defer boolean DEFAULT false,
+    p_lease_id bigint, p_ids bigint[], p_checked boolean, p_defer boolean DEFAULT false,
     OUT o_n int, OUT o_defer bigint, OUT o_targets bigint[])
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
@@ -25,7 +23,7 @@ DECLARE
     v_ref     boolean;
     v_seq     boolean;
 BEGIN
-    v_l := fanout._lock_lease(p_lease_id, p_checked, p_raw);
+    v_l := fanout._lock_lease(p_lease_id, p_checked);
     v_targets := fanout._lease_targets(v_l, p_ids);
     o_n := cardinality(v_targets);
     IF o_n > 0 THEN
@@ -41,10 +39,10 @@ BEGIN
         END IF;
         IF p_defer AND p_ids IS NULL AND o_n = v_l.open_count AND v_l.reclaimed = '{}'
            AND v_l.page_no < 65535 THEN
-            o_defer := v_l.raw_id;
+            o_defer := v_l.lease_id;
             o_targets := v_targets;
         ELSE
-            PERFORM fanout._lease_settle(v_l.raw_id, v_targets, false, true);
+            PERFORM fanout._lease_settle(v_l.lease_id, v_targets, false, true);
         END IF;
     END IF;
 END

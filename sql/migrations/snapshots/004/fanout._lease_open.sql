@@ -15,23 +15,22 @@
 -- freed slot (a scan and sort of all the group's slots, on the one index by
 -- group), and its 64 owners' reads locked and skipped the same few slots.
 -- p_settling (read(..., ack =>) of the caller's previous page, fanout._ack
--- with p_defer): the internal id of a page this transaction has locked and
--- settled in full without writing it yet; the new page goes into that slot
--- by this one update (the ack's write and the page's in one row version).
--- Returns the new page's public lease id (o_id, fanout._lease_code; also
--- written to the slot's lease_id) and its internal id (o_raw: slot_id *
--- 2^32 + epoch * 2^16 + page_no, the slot's raw_id, which a key partition
--- keeps in fanout.kpart.lease_id). Tables: fanout.lease, fanout.lease_key.
+-- with p_defer): the id of a page this transaction has locked and settled
+-- in full without writing it yet; the new page goes into that slot by this
+-- one update (the ack's write and the page's in one row version).
+-- Returns the new lease id (slot_id * 2^32 + epoch * 2^16 + page_no).
+-- Tables: fanout.lease.
 CREATE OR REPLACE FUNCTION fanout._lease_open(
     p_group_id bigint, p_consumer text, p_created timestamptz, p_expires timestamptz,
     p_ids bigint[], p_txids xid8[], p_atts int[], p_kpart int DEFAULT NULL, p_generation bigint DEFAULT NULL,
-    p_slot bigint DEFAULT NULL, p_settling bigint DEFAULT NULL, OUT o_id bigint, OUT o_raw bigint)
+    p_slot bigint DEFAULT NULL, p_settling bigint DEFAULT NULL)
+RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE
     v_min   bigint := (SELECT min(x) FROM unnest(p_ids) AS x);
-    v_slot  bigint;
+    v_id    bigint;
     v_epoch int := fanout._epoch();
 BEGIN
     IF p_settling IS NOT NULL THEN
@@ -41,13 +40,12 @@ BEGIN
             consumer = p_consumer, created_at = p_created, expires_at = p_expires,
             msg_ids = p_ids, msg_txids = p_txids, attempts = p_atts, settled = '{}', reclaimed = '{}',
             open_count = cardinality(p_ids), min_id = v_min, closed_at = NULL, kpart = p_kpart,
-            generation = p_generation,
-            lease_id = fanout._lease_code(l.slot_id * 4294967296 + v_epoch * 65536 + l.page_no + 1, true)
-        WHERE l.slot_id = p_settling >> 32 AND l.raw_id = p_settling AND l.group_id = p_group_id
+            generation = p_generation
+        WHERE l.slot_id = p_settling >> 32 AND l.lease_id = p_settling AND l.group_id = p_group_id
           AND l.reclaimed = '{}' AND l.page_no < 65535
-        RETURNING l.lease_id, l.raw_id INTO o_id, o_raw;
-        IF o_id IS NOT NULL THEN
-            RETURN;
+        RETURNING l.lease_id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
         END IF;
     END IF;
     IF p_slot IS NOT NULL THEN
@@ -57,16 +55,15 @@ BEGIN
             consumer = p_consumer, created_at = p_created, expires_at = p_expires,
             msg_ids = p_ids, msg_txids = p_txids, attempts = p_atts, settled = '{}', reclaimed = '{}',
             open_count = cardinality(p_ids), min_id = v_min, closed_at = NULL, kpart = p_kpart,
-            generation = p_generation,
-            lease_id = fanout._lease_code(l.slot_id * 4294967296 + v_epoch * 65536 + l.page_no + 1, true)
+            generation = p_generation
         WHERE l.slot_id = (SELECT f.slot_id FROM fanout.lease f
                            WHERE f.slot_id = p_slot AND f.group_id = p_group_id AND f.open_count = 0
                              AND f.reclaimed = '{}' AND f.page_no < 65535
                            FOR UPDATE SKIP LOCKED)
           AND l.open_count = 0
-        RETURNING l.lease_id, l.raw_id INTO o_id, o_raw;
-        IF o_id IS NOT NULL THEN
-            RETURN;
+        RETURNING l.lease_id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
         END IF;
     END IF;
     UPDATE fanout.lease l
@@ -75,8 +72,7 @@ BEGIN
         consumer = p_consumer, created_at = p_created, expires_at = p_expires,
         msg_ids = p_ids, msg_txids = p_txids, attempts = p_atts, settled = '{}', reclaimed = '{}',
         open_count = cardinality(p_ids), min_id = v_min, closed_at = NULL, kpart = p_kpart,
-        generation = p_generation,
-        lease_id = fanout._lease_code(l.slot_id * 4294967296 + v_epoch * 65536 + l.page_no + 1, true)
+        generation = p_generation
     WHERE l.slot_id = (SELECT f.slot_id FROM fanout.lease f
                        WHERE f.group_id = p_group_id AND f.open_count = 0 AND f.reclaimed = '{}'
                          AND f.page_no < 65535
@@ -84,16 +80,14 @@ BEGIN
                        LIMIT 1
                        FOR UPDATE SKIP LOCKED)
       AND l.open_count = 0
-    RETURNING l.lease_id, l.raw_id INTO o_id, o_raw;
-    IF o_id IS NULL THEN
-        v_slot := nextval(pg_get_serial_sequence('fanout.lease', 'slot_id'));
-        INSERT INTO fanout.lease AS l (slot_id, group_id, epoch, consumer, created_at, expires_at, msg_ids,
-                                       msg_txids, attempts, open_count, min_id, kpart, generation, lease_id)
-        OVERRIDING SYSTEM VALUE
-        VALUES (v_slot, p_group_id, v_epoch, p_consumer, p_created, p_expires, p_ids, p_txids,
-                p_atts, cardinality(p_ids), v_min, p_kpart, p_generation,
-                fanout._lease_code(v_slot * 4294967296 + v_epoch * 65536 + 1, true))
-        RETURNING l.lease_id, l.raw_id INTO o_id, o_raw;
+    RETURNING l.lease_id INTO v_id;
+    IF v_id IS NULL THEN
+        INSERT INTO fanout.lease AS l (group_id, epoch, consumer, created_at, expires_at, msg_ids, msg_txids,
+                                       attempts, open_count, min_id, kpart, generation)
+        VALUES (p_group_id, v_epoch, p_consumer, p_created, p_expires, p_ids, p_txids,
+                p_atts, cardinality(p_ids), v_min, p_kpart, p_generation)
+        RETURNING l.lease_id INTO v_id;
     END IF;
+    RETURN v_id;
 END
 $fn$;

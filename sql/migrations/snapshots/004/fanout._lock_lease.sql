@@ -1,11 +1,6 @@
--- fanout._lock_lease(p_lease_id, p_checked, p_raw): the lease's slot row,
--- locked FOR UPDATE (so that an ack and a takeover by another reader are
--- serialised). p_lease_id is the public id the caller presented; its
--- internal id (slot_id * 2^32 + epoch * 2^16 + page_no, fanout._lease_open)
--- is decoded here by fanout._lease_code, or passed as p_raw by a caller
--- that decoded it already (read(..., ack =>)); an id that decodes to
--- nothing is PGQ10, as an unknown slot. The row comes back with lease_id
--- the public id as presented (error texts name it, never the internal id). An
+-- fanout._lock_lease(p_lease_id): the lease's slot row, locked FOR UPDATE (so
+-- that an ack and a takeover by another reader are serialised). A lease id
+-- is slot_id * 2^32 + epoch * 2^16 + page_no (fanout._lease_open). An
 -- earlier page of the slot, of the slot's current epoch or before it, was
 -- settled in full by its holder, since a slot with anything taken away is
 -- never reused: it comes back unlocked as an empty page (no messages,
@@ -32,26 +27,20 @@
 -- slot has not reached), PGQ11 a page of a lost history, PGQ21 no consume
 -- grant on its topic.
 -- Tables: fanout.lease, fanout.consumer_group, fanout.topic, fanout.member.
-CREATE OR REPLACE FUNCTION fanout._lock_lease(p_lease_id bigint, p_checked boolean DEFAULT false,
-                                              p_raw bigint DEFAULT NULL)
+CREATE OR REPLACE FUNCTION fanout._lock_lease(p_lease_id bigint, p_checked boolean DEFAULT false)
 RETURNS fanout.lease
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE
     v_l     fanout.lease;
-    v_raw   bigint := coalesce(p_raw, fanout._lease_code(p_lease_id, false));
-    v_epoch int := (v_raw >> 16) & 65535;
-    v_page  bigint := v_raw & 65535;
+    v_epoch int := (p_lease_id >> 16) & 65535;
+    v_page  bigint := p_lease_id & 65535;
     v_topic text;
     v_check boolean;
 BEGIN
     IF p_lease_id IS NULL THEN
         RAISE EXCEPTION 'lease_id must not be NULL' USING ERRCODE = 'PGQ03';
-    END IF;
-    IF v_raw IS NULL THEN
-        RAISE EXCEPTION 'lease % does not exist', p_lease_id
-            USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
     END IF;
     IF NOT p_checked THEN
         SELECT t.topic, l.xmin IS DISTINCT FROM pg_current_xact_id_if_assigned()::xid
@@ -60,7 +49,7 @@ BEGIN
         FROM fanout.lease l
         JOIN fanout.consumer_group g ON g.group_id = l.group_id
         JOIN fanout.topic t ON t.topic_id = g.topic_id
-        WHERE l.slot_id = v_raw >> 32;
+        WHERE l.slot_id = p_lease_id >> 32;
         IF NOT FOUND THEN
             -- No slot now: one made after this check (another topic's next
             -- read) must not be locked below unchecked.
@@ -73,29 +62,28 @@ BEGIN
     END IF;
     -- The slot's current page, locked; else (no lock) what the slot holds.
     SELECT * INTO v_l FROM fanout.lease l
-    WHERE l.slot_id = v_raw >> 32 AND l.raw_id = v_raw FOR UPDATE;
+    WHERE l.slot_id = p_lease_id >> 32 AND l.lease_id = p_lease_id FOR UPDATE;
     IF NOT FOUND THEN
-        SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = v_raw >> 32;
-        IF v_l.raw_id = v_raw THEN
+        SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = p_lease_id >> 32;
+        IF v_l.lease_id = p_lease_id THEN
             -- Handed out just now (after the statement above began).
-            SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = v_raw >> 32 FOR UPDATE;
+            SELECT * INTO v_l FROM fanout.lease l WHERE l.slot_id = p_lease_id >> 32 FOR UPDATE;
         END IF;
     END IF;
-    IF v_l.raw_id IS DISTINCT FROM v_raw AND v_raw > 0 AND v_l.slot_id IS NOT NULL
+    IF v_l.lease_id IS DISTINCT FROM p_lease_id AND p_lease_id > 0 AND v_l.slot_id IS NOT NULL
        AND ((v_page BETWEEN v_l.epoch_since AND v_l.page_no AND v_epoch <> v_l.epoch)
             OR (v_page > v_l.page_no AND v_epoch <> fanout._epoch())) THEN
         RAISE EXCEPTION 'lease % was handed out by a server whose history was lost', p_lease_id
             USING ERRCODE = 'PGQ11',
                   HINT = 'a failover or crash rolled its page back; its messages are handed out again: roll back';
     END IF;
-    IF v_l.slot_id IS NULL OR v_page NOT BETWEEN 1 AND v_l.page_no OR v_raw < 0 THEN
+    IF v_l.slot_id IS NULL OR v_page NOT BETWEEN 1 AND v_l.page_no OR p_lease_id < 0 THEN
         RAISE EXCEPTION 'lease % does not exist', p_lease_id
             USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
     END IF;
-    IF v_l.raw_id <> v_raw THEN
+    IF v_l.lease_id <> p_lease_id THEN
         -- An earlier page of the slot: settled in full, nothing left of it.
         v_l.lease_id := p_lease_id;
-        v_l.raw_id := v_raw;
         v_l.page_no := v_page;
         v_l.msg_ids := '{}';
         v_l.msg_txids := '{}';

@@ -25,13 +25,10 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._enter.sql" . }}
 {{ template "fanout._group_read.sql" . }}
 {{ template "fanout._group_unread.sql" . }}
-{{ template "fanout._kpart_assign.sql" . }}
 {{ template "fanout._kpart_claim.sql" . }}
 {{ template "fanout._kpart_page.sql" . }}
 {{ template "fanout._kpart_read.sql" . }}
-{{ template "fanout._lease_code.sql" . }}
 {{ template "fanout._lease_open.sql" . }}
-{{ template "fanout._lease_settle.sql" . }}
 {{ template "fanout._lease_take_over.sql" . }}
 {{ template "fanout._lock_lease.sql" . }}
 {{ template "fanout._lock_row_wait.sql" . }}
@@ -43,8 +40,6 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._publish_one.sql" . }}
 {{ template "fanout._quota_check.sql" . }}
 {{ template "fanout._reconcile_stamps.sql" . }}
-{{ template "fanout._release_holds.sql" . }}
-{{ template "fanout._release_lost.sql" . }}
 {{ template "fanout._retries_take.sql" . }}
 {{ template "fanout._sequence_gate.sql" . }}
 {{ template "fanout._try_lock.sql" . }}
@@ -73,8 +68,6 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.capture_table.sql" . }}
 {{ template "fanout.groups.sql" . }}
 {{ template "fanout.heartbeat.sql" . }}
-{{ template "fanout.nack.sql" . }}
-{{ template "fanout.partitions.sql" . }}
 {{ template "fanout.publish.sql" . }}
 {{ template "fanout.read.sql" . }}
 {{ template "fanout.subscribe.sql" . }}
