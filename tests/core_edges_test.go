@@ -282,10 +282,11 @@ a:      SELECT string_agg(payload->>'n', ',') FROM fanout.read('r', 'a') => g2
 check:  SELECT '$g2' = '2'
 `,
 
-	// 8. Foreign leases given to read(..., ack =>) are refused (PGQ03) and
-	// change nothing; a queue reader's group name is attribution only.
+	// 8. Foreign leases given to read(..., ack =>) are refused as unknown
+	// leases (PGQ10) and change nothing; a queue reader's group name is
+	// attribution only.
 	"read_ack_foreign_leases": `
-# invariant: read(..., ack =>) with a lease of another group or topic is refused (PGQ03) and changes nothing
+# invariant: read(..., ack =>) with a lease of another group or topic is refused as an unknown lease (PGQ10) and changes nothing
 setup:  SELECT fanout.create_topic('ps', semantics => 'pubsub')
 setup:  SELECT fanout.create_topic('q2')
 setup:  SELECT count(*) FROM fanout.subscribe('ps', 'a'{HB})
@@ -295,10 +296,10 @@ a:      SELECT max(lease_id) FROM fanout.read('ps', 'a') => la
 bb:     SELECT max(lease_id) FROM fanout.read('ps', 'b') => lb
 q:      SELECT max(lease_id) FROM fanout.read('q2') => lq
 setup:  SELECT fanout.publish('ps', '{"n":2}') + fanout.publish('q2', '{"n":2}')
-a:      SELECT count(*) FROM fanout.read('ps', 'a', ack => $lb) !! PGQ03
-a:      SELECT count(*) FROM fanout.read('ps', 'a', ack => $lq) !! PGQ03
-q:      SELECT count(*) FROM fanout.read('q2', ack => $la) !! PGQ03
-a:      SELECT count(*) FROM fanout.read('ps', NULL, ack => $la) !! PGQ03
+a:      SELECT count(*) FROM fanout.read('ps', 'a', ack => $lb) !! PGQ10
+a:      SELECT count(*) FROM fanout.read('ps', 'a', ack => $lq) !! PGQ10
+q:      SELECT count(*) FROM fanout.read('q2', ack => $la) !! PGQ10
+a:      SELECT count(*) FROM fanout.read('ps', NULL, ack => $la) !! PGQ10
 check:  SELECT count(*) = 3 FROM fanout.lease WHERE open_count = 1
 q:      SELECT string_agg(payload->>'n', ',') FROM fanout.read('q2', 'anything', ack => $lq) => q2
 check:  SELECT '$q2' = '2'

@@ -86,7 +86,7 @@ func TestReadAcksThePreviousPage(t *testing.T) {
 }
 
 // An ack that cannot be done fails the read with it, and nothing of either
-// happens: a lease of another group (PGQ03), an unknown lease (PGQ10), a
+// happens: a lease of another group (PGQ10, as an unknown one), an unknown lease (PGQ10), a
 // lease whose messages were taken over (PGQ11).
 func TestReadAckFailsWhole(t *testing.T) {
 	t.Parallel()
@@ -109,7 +109,7 @@ func TestReadAckFailsWhole(t *testing.T) {
 
 	before := state()
 	_, err := b.readAcking(t, b.Pool, "rf", ptr("b"), "c", 2, pageA[0].LeaseID)
-	requireSQLState(t, err, "PGQ03")
+	requireSQLState(t, err, "PGQ10")
 	require.Equal(t, before, state(), "another group's lease: nothing acked, nothing read")
 
 	_, err = b.readAcking(t, b.Pool, "rf", ptr("a"), "c", 2, pageA[0].LeaseID+(1<<40))

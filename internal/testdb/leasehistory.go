@@ -17,7 +17,10 @@ import (
 // its next page or is deleted. Test and harness databases only: the trigger
 // changes nothing the product does (it only copies old row versions).
 // A page settled in full by its holder keeps settled empty
-// (fanout._lease_settle); the view lists its msg_ids there, as settled.
+// (fanout._lease_settle); the view lists its msg_ids there, as settled. A
+// slot moves on from an open page only when read(..., ack =>) acked that
+// page in full in the same update (fanout._lease_open, p_settling): the
+// log records it settled.
 func KeepLeaseHistory(ctx context.Context, db interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 }, schema string) error {
@@ -27,8 +30,18 @@ func KeepLeaseHistory(ctx context.Context, db interface {
 		CREATE TABLE %[1]s.lease_log (LIKE fanout.lease);
 		CREATE FUNCTION %[1]s.lease_log() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 		SET search_path = pg_catalog AS $fn$
+		DECLARE
+		    r fanout.lease := OLD;
 		BEGIN
-		    INSERT INTO %[1]s.lease_log SELECT OLD.*;
+		    IF TG_OP = 'UPDATE' AND r.open_count > 0 THEN
+		        -- read(..., ack =>) settles its previous page and puts the
+		        -- next one into the slot with one update (fanout._lease_open,
+		        -- p_settling): the page was settled in full by its holder.
+		        r.settled := '{}';
+		        r.open_count := 0;
+		        r.closed_at := NEW.created_at;
+		    END IF;
+		    INSERT INTO %[1]s.lease_log SELECT r.*;
 		    RETURN NULL;
 		END
 		$fn$;

@@ -12,7 +12,8 @@
 -- went out again since, or will, and the stale holder is fenced (PGQ11). So
 -- is a page number the slot has not reached when the id's epoch is not the
 -- running server's. Records the lease's consumer as alive
--- (fanout._touch_member). The caller must be allowed to consume the lease's
+-- (fanout._touch_member; not for read(..., ack =>), p_checked, whose read
+-- records its own consumer). The caller must be allowed to consume the lease's
 -- topic (fanout._authorize), checked before the lock so that another tenant
 -- cannot even block the lease (a slot that does not exist at the check is
 -- PGQ10 at once, so that one made after it is never locked unchecked); not
@@ -94,8 +95,9 @@ BEGIN
         v_l.generation := NULL;
         RETURN v_l;
     END IF;
-    IF v_l.consumer IS NOT NULL THEN
-        -- Acks, nacks and extensions are signs of life too (throttled per member).
+    IF v_l.consumer IS NOT NULL AND NOT p_checked THEN
+        -- Acks, nacks and extensions are signs of life too (throttled per
+        -- member); read(..., ack =>) records its own consumer instead.
         PERFORM fanout._touch_member(v_l.group_id, v_l.consumer, clock_timestamp());
     END IF;
     RETURN v_l;

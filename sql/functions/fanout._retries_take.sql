@@ -43,6 +43,9 @@ BEGIN
                         LIMIT CASE WHEN v_last IS NULL THEN p_left ELSE c_cap END
                         FOR UPDATE SKIP LOCKED);
     END IF;
+    IF cardinality(v_pick) = 0 THEN
+        RETURN;  -- the common page: nothing due (no delete to plan and run)
+    END IF;
     WITH due AS (
         DELETE FROM fanout.retry rt
         WHERE rt.group_id = p_group.group_id AND rt.message_id = ANY (v_pick)

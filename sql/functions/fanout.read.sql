@@ -24,7 +24,9 @@
 -- ack => lease_id first acks that lease (the caller's previous page of this
 -- topic and group) as fanout.ack(lease_id) would: a consumer loop then costs
 -- one round trip and one commit per page instead of two. If the ack fails
--- (PGQ10, PGQ11, ...) the read fails with it: nothing is acked or read.
+-- (PGQ10, PGQ11, ...) the read fails with it: nothing is acked or read. A
+-- lease of another topic or group is refused as one that does not exist
+-- (PGQ10, the same text).
 -- Must run in READ COMMITTED (the default) so that each statement sees what
 -- the previous reader of the group committed.
 -- Returns one row per message: lease_id, message_id, payload, headers,
@@ -34,7 +36,8 @@
 -- PGQ09 isolation level, PGQ03 partition out of range or on an unpartitioned
 -- topic, PGQ24 (mixing explicit and automatic partition reads), PGQ13, PGQ14, PGQ16 (see fanout._lock_group), PGQ21
 -- (no consume grant), PGQ22 (a new consumer beyond 10,000 members); with
--- ack: PGQ03 (a lease of another topic or group), and those of fanout.ack.
+-- ack: PGQ10 (also a lease of another topic or group), and those of
+-- fanout.ack.
 -- Tables: fanout.topic, fanout.consumer_group, fanout.member, fanout.lease,
 -- fanout.retry, fanout.dead_letter, fanout.partition, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout.read(
@@ -69,6 +72,8 @@ DECLARE
     v_now       timestamptz := clock_timestamp();
     v_p         record;
     v_other     boolean;
+    v_defer     bigint;     -- the acked page whose slot the next page takes (fanout._ack, p_defer)
+    v_settled   bigint[];
 BEGIN
     PERFORM fanout._enter($1, 'consume');
     IF p_max IS NULL OR p_max < 1 OR p_max > 10000 THEN
@@ -98,18 +103,17 @@ BEGIN
     IF $8 IS NOT NULL THEN
         -- The slot must exist now: a slot's group never changes, but a slot
         -- made after this check (another topic's next read) would be acked
-        -- below without a grant check.
+        -- below without a grant check. A lease of another topic or group
+        -- is refused with the text of a lease that does not exist: the
+        -- answer must not tell another tenant's lease from no lease.
         SELECT g.topic_id <> v_t.topic_id
                OR g.group_name IS DISTINCT FROM CASE WHEN v_t.semantics = 'pubsub' THEN fanout._nfc(p_group) END
         INTO v_other
         FROM fanout.lease l JOIN fanout.consumer_group g ON g.group_id = l.group_id
         WHERE l.slot_id = $8 >> 32;
-        IF NOT FOUND THEN
+        IF NOT FOUND OR v_other THEN
             RAISE EXCEPTION 'lease % does not exist', $8
                 USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
-        ELSIF v_other THEN
-            RAISE EXCEPTION 'ack => % is a lease of another topic or group than %/%', $8, p_topic,
-                coalesce(p_group, '') USING ERRCODE = 'PGQ03';
         END IF;
         IF v_t.partitions IS NULL THEN
             -- The group row before the lease's, as the read below and seek,
@@ -121,12 +125,19 @@ BEGIN
               AND g.group_name IS NOT DISTINCT FROM CASE WHEN v_t.semantics = 'pubsub' THEN fanout._nfc(p_group) END
             FOR NO KEY UPDATE;
         END IF;
-        PERFORM fanout._ack($8, NULL, true);  -- the grant was checked above
+        -- The grant was checked above. Unpartitioned: the acked page's slot
+        -- is written once, with the next page (fanout._ack's p_defer).
+        SELECT a.o_defer, a.o_targets INTO v_defer, v_settled
+        FROM fanout._ack($8, NULL, true, v_t.partitions IS NULL) a;
     END IF;
     IF v_t.partitions IS NOT NULL THEN
         SELECT * INTO v_p FROM fanout._kpart_claim(v_t, p_group, p_consumer, p_max, p_lease, p_max_bytes, $7, v_now);
     ELSE
-        SELECT * INTO v_p FROM fanout._group_read(v_t, p_group, p_consumer, p_max, p_lease, p_max_bytes, v_now);
+        SELECT * INTO v_p FROM fanout._group_read(v_t, p_group, p_consumer, p_max, p_lease, p_max_bytes, v_now,
+                                                  v_defer);
+        IF v_defer IS NOT NULL AND v_p.o_folded IS NOT TRUE THEN
+            PERFORM fanout._lease_settle(v_defer, v_settled, false, true);
+        END IF;
     END IF;
     IF v_p.o_lease_id IS NULL THEN
         RETURN;

@@ -8,14 +8,19 @@
 -- (position, delivered count, throttled heartbeat). An idle poll (nothing to
 -- hand out, heartbeat fresh) locks and writes nothing (checked first only
 -- when the session's previous read of the group was empty).
+-- p_settling: the lease id of the caller's previous page, which
+-- read(..., ack =>) has acked in full and locked without writing its slot
+-- (fanout._ack, p_defer): it is no expired lease to take over, and the new
+-- page goes into its slot in the same update (fanout._lease_open); o_folded
+-- says it did, else the caller settles it.
 -- Returns the page (o_lease_id NULL when there is none) as the lease and its
 -- parallel arrays; fanout.read returns its rows. Raises as fanout._lock_group.
 -- Tables: fanout.consumer_group, fanout.member, fanout.lease, fanout.retry,
 -- fanout.dead_letter, fanout.bitmap_job, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout._group_read(
     p_t fanout.topic, p_group text, p_consumer text, p_max int, p_lease interval, p_max_bytes bigint,
-    p_now timestamptz,
-    OUT o_lease_id bigint, OUT o_ids bigint[], OUT o_txids xid8[], OUT o_atts int[])
+    p_now timestamptz, p_settling bigint DEFAULT NULL,
+    OUT o_lease_id bigint, OUT o_ids bigint[], OUT o_txids xid8[], OUT o_atts int[], OUT o_folded boolean)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
@@ -59,6 +64,7 @@ BEGIN
     FOR v_l IN
         SELECT l.* FROM fanout.lease l
         WHERE l.group_id = v_g.group_id AND l.open_count > 0 AND l.expires_at <= p_now
+          AND l.slot_id <> coalesce(p_settling >> 32, 0)
         ORDER BY l.expires_at, l.lease_id
         LIMIT p_max
         FOR UPDATE SKIP LOCKED
@@ -117,7 +123,9 @@ BEGIN
     END IF;
     PERFORM fanout._set_idle_hint(v_hint, cardinality(o_ids) = 0);
     IF cardinality(o_ids) > 0 THEN
-        o_lease_id := fanout._lease_open(v_g.group_id, p_consumer, p_now, p_now + p_lease, o_ids, o_txids, o_atts);
+        o_lease_id := fanout._lease_open(v_g.group_id, p_consumer, p_now, p_now + p_lease, o_ids, o_txids, o_atts,
+                                         p_settling => p_settling);
+        o_folded := (o_lease_id >> 32) = (p_settling >> 32);
     END IF;
 END
 $fn$;

@@ -18,7 +18,10 @@ RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
+DECLARE
+    v_n int;
 BEGIN
-    RETURN fanout._ack($1, $2, false);
+    SELECT a.o_n INTO v_n FROM fanout._ack($1, $2, false) a;
+    RETURN v_n;
 END
 $fn$;

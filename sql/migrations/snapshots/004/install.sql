@@ -4,6 +4,7 @@
 {{ template "_upgrade_before.sql" . }}
 -- Functions and views whose signature is gone or changed (sql/signatures.txt).
 DROP FUNCTION IF EXISTS fanout._capture_trigger();
+DROP FUNCTION IF EXISTS fanout._lease_open(bigint,text,timestamp with time zone,timestamp with time zone,bigint[],xid8[],integer[],integer,bigint,bigint);
 DROP FUNCTION IF EXISTS fanout._lock_lease(bigint);
 DROP FUNCTION IF EXISTS fanout._topic_lock_key(text);
 DROP FUNCTION IF EXISTS fanout.alter_topic(text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,interval,integer,boolean);
@@ -27,6 +28,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._kpart_claim.sql" . }}
 {{ template "fanout._kpart_page.sql" . }}
 {{ template "fanout._kpart_read.sql" . }}
+{{ template "fanout._lease_open.sql" . }}
 {{ template "fanout._lease_take_over.sql" . }}
 {{ template "fanout._lock_lease.sql" . }}
 {{ template "fanout._lock_row_wait.sql" . }}
