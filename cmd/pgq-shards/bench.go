@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -115,7 +116,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return rates[fmt.Sprintf("%v/%d", cap, n)] / rates[fmt.Sprintf("%v/1", cap)]
 	}
 	if capped {
-		fmt.Fprintf(stdout, "shards (uncapped control, %d cores shared): x2 %.2f, x4 %.2f\n", numCPU(), x(false, 2), x(false, 4))
+		fmt.Fprintf(stdout, "shards (uncapped control, %d cores shared): x2 %.2f, x4 %.2f\n", runtime.NumCPU(), x(false, 2), x(false, 4))
 	}
 	fmt.Fprintf(stdout, "shards: x2 %.2f, x4 %.2f, proxy %.2f, lost %d\n", x(capped, 2), x(capped, 4), proxy, lost)
 	return nil
@@ -134,17 +135,6 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-func numCPU() int {
-	n := 0
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		n = strings.Count(string(b), "\nprocessor")
-		if strings.HasPrefix(string(b), "processor") {
-			n++
-		}
-	}
-	return n
 }
 
 // setCap caps (or uncaps) shard clusters 0..3.
@@ -473,7 +463,12 @@ func (b *bench) proxyRun(ctx context.Context, capped bool) (float64, error) {
 			return 0, err
 		}
 	}
-	dir, err := pgxpool.New(ctx, dirURL)
+	pc, err := pgxpool.ParseConfig(dirURL)
+	if err != nil {
+		return 0, err
+	}
+	pc.MaxConns = 2 * producers
+	dir, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return 0, err
 	}
