@@ -180,6 +180,17 @@ func TestShardsRouting(t *testing.T) {
 	require.EqualValues(t, 1, countOn(t, ctx, e.b.URL, "a.moved"))
 	require.NotContains(t, topicsOn(t, ctx, e.a.URL), "a.moved")
 
+	// A client that polls the directory follows a new version by itself.
+	polling, err := client.NewSharded(ctx, e.dirURL, client.WithDirectoryRefresh(10*time.Millisecond))
+	require.NoError(t, err)
+	defer polling.Close()
+	var v int64
+	require.NoError(t, e.dir.QueryRow(ctx, `SELECT fanout_directory.place('d.%', 'sb')`).Scan(&v))
+	require.Eventually(t, func() bool { return polling.DirectoryVersion() >= v }, time.Minute, 10*time.Millisecond)
+	shard, _, err := polling.ShardPool(ctx, "d.x")
+	require.NoError(t, err)
+	require.Equal(t, "sb", shard)
+
 	// A topic no placement matches.
 	_, err = sc.Publish(ctx, "c.nowhere", client.Message{Payload: json.RawMessage(`{}`)})
 	require.ErrorIs(t, err, client.ErrNotPlaced)
