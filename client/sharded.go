@@ -104,7 +104,10 @@ type directorySnapshot struct {
 		ProxyIndex int    `json:"proxy_index"`
 	} `json:"shards"`
 	Placements map[string]string `json:"placements"`
-	prefixes   []string          // patterns ending in %, longest first
+	// Draining maps a moved topic to the shard it moved from, while groups
+	// still drain its older messages there (fanout_directory.draining).
+	Draining map[string]string `json:"draining"`
+	prefixes []string          // patterns ending in %, longest first
 }
 
 // index lists the prefix placements, longest first.
@@ -327,12 +330,32 @@ func (s *Sharded) PublishBatch(ctx context.Context, topic string, msgs []Message
 	return ids, err
 }
 
-// Read claims one page of topic on its shard (fanout.read). o.Ack must be
-// 0: settle the previous page with Ack(page.Lease), which goes to the shard
-// that issued it.
+// Read claims one page of topic on its shard (fanout.read). While a moved
+// topic drains on its previous shard (docs/scaling-out.md), Read reads
+// there first and reads the new shard when the old one hands out nothing
+// (or cannot be reached): messages published before and after a move are
+// not ordered with each other. o.Ack must be 0: settle the previous page
+// with Ack(page.Lease), which goes to the shard that issued it.
 func (s *Sharded) Read(ctx context.Context, topic string, o ReadOptions) (ShardedPage, error) {
 	if o.Ack != 0 {
 		return ShardedPage{}, errors.New("pgq client: sharded read: ReadOptions.Ack is not routed; call Ack with the page's Lease")
+	}
+	s.mu.Lock()
+	from := s.snap.Draining[topic]
+	s.mu.Unlock()
+	if from != "" {
+		pool, err := s.shardPool(ctx, from)
+		var ds []Delivery
+		if err == nil {
+			ds, err = Read(ctx, pool, topic, o)
+		}
+		if err == nil && len(ds) > 0 {
+			return ShardedPage{Lease: Lease{Topic: topic, Shard: from, ID: ds[0].LeaseID}, Messages: ds}, nil
+		}
+		if err != nil && ctx.Err() == nil {
+			s.cfg.logger.Warn("pgq sharded: read of a moved topic's previous shard failed; reading its new shard",
+				"topic", topic, "shard", from, "err", err)
+		}
 	}
 	var page ShardedPage
 	err := s.Do(ctx, topic, func(ctx context.Context, shard string, db *pgxpool.Pool) error {

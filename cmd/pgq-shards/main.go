@@ -6,6 +6,8 @@
 //	pgq-shards migrate-proxy     --directory-url URL
 //	pgq-shards add-shard         --directory-url URL NAME CONNINFO
 //	pgq-shards place             --directory-url URL PATTERN SHARD
+//	pgq-shards move              --directory-url URL TOPIC SHARD
+//	pgq-shards finish-move       --directory-url URL TOPIC
 //	pgq-shards bench             (flags: pgq-shards bench -h; run by scripts/shards.sh)
 //
 // --directory-url defaults to PGQ_DIRECTORY_URL. The shard itself is a pgq
@@ -43,6 +45,8 @@ const usage = `usage:
   pgq-shards migrate-proxy     --directory-url URL
   pgq-shards add-shard         --directory-url URL NAME CONNINFO
   pgq-shards place             --directory-url URL PATTERN SHARD
+  pgq-shards move              --directory-url URL TOPIC SHARD   (drain-and-switch, traffic running)
+  pgq-shards finish-move       --directory-url URL TOPIC         (ends it once the old shard is drained)
   pgq-shards bench             [flags]   (make shards)`
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -59,7 +63,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	want := map[string]int{"migrate-directory": 0, "migrate-proxy": 0, "add-shard": 2, "place": 2}
+	want := map[string]int{"migrate-directory": 0, "migrate-proxy": 0, "add-shard": 2, "place": 2, "move": 2, "finish-move": 1}
 	n, ok := want[cmd]
 	if !ok {
 		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
@@ -100,6 +104,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "pgq-shards: %s placed on %s (directory version %d)\n", fs.Arg(0), fs.Arg(1), v)
+	case "move":
+		if err := shards.Move(ctx, conn, fs.Arg(0), fs.Arg(1)); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "pgq-shards: %s now publishes on %s; its previous shard drains (run finish-move)\n", fs.Arg(0), fs.Arg(1))
+	case "finish-move":
+		done, err := shards.FinishMove(ctx, conn, fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		if !done {
+			return fmt.Errorf("finish-move %s: %w; try again later", fs.Arg(0), shards.ErrStillDraining)
+		}
+		fmt.Fprintf(stdout, "pgq-shards: the move of %s is over\n", fs.Arg(0))
 	}
 	return nil
 }
