@@ -212,7 +212,7 @@ ha: build ## Patroni HA run: switchover, crash, rejoin, switch back; ends with t
 # SHARDS_PORT, shards on SHARDS_PORT+1..+4, each capped to SHARDS_CPU cores
 # (cgroup cpu.max or cpu.cfs_quota_us, as root) plus an uncapped control;
 # SHARDS_SECONDS per run. Ends with the "shards:" line.
-SHARDS_CPU     ?= 0.25
+SHARDS_CPU     ?= 0.1
 SHARDS_SECONDS ?= 10
 shards: ## scaling over shard clusters, capped and uncapped, and the PL/Proxy path; ends with the "shards:" line
 	SHARDS_CPU=$(SHARDS_CPU) SHARDS_SECONDS=$(SHARDS_SECONDS) scripts/shards.sh $(SHARDS_PORT)

@@ -6,7 +6,7 @@
 # Starts the directory cluster (shards-dir, BASE_PORT) and four shard clusters
 # (shards-0..3, BASE_PORT+1..+4), each shard cluster in a cgroup of its own
 # so that the bench (cmd/pgq-shards bench) can cap each to the same CPU share
-# (SHARDS_CPU cores, default 0.25): cgroup v2 cpu.max where the cpu controller
+# (SHARDS_CPU cores, default 0.1): cgroup v2 cpu.max where the cpu controller
 # is there, else cgroup v1 cpu.cfs_quota_us; as root only. Where neither can
 # be written it says exactly why and measures uncapped. The clusters run with
 # synchronous_commit off (CPU, not the shared disk's flushes, is what the
@@ -16,7 +16,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 base=${1:?usage: $0 BASE_PORT}
-cpu=${SHARDS_CPU:-0.25}
+cpu=${SHARDS_CPU:-0.1}
 seconds=${SHARDS_SECONDS:-10}
 
 log() { echo "shards: $*" >&2; }
@@ -27,6 +27,9 @@ clusters=(shards-dir shards-0 shards-1 shards-2 shards-3)
 cgdirs=()
 cleanup() {
   for c in "${clusters[@]}"; do scripts/devdb.sh stop "$c" >/dev/null 2>&1 || true; done
+  if [ -n "$cgroot" ] && [ -d "$cgroot/gen" ]; then
+    echo $$ >"$(dirname "$cgroot")/cgroup.procs" 2>/dev/null || true
+  fi
   for d in "${cgdirs[@]}"; do rmdir "$d" 2>/dev/null || true; done
   rmdir "$cgroot" 2>/dev/null || true
 }
@@ -67,22 +70,36 @@ else
 fi
 
 pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+# into_cgroup DIR URL: the cluster's postmaster and the processes it already
+# started; backends it forks later inherit its cgroup.
+into_cgroup() {
+  local datadir pm p
+  datadir=$("$pgbin/psql" "$2" -Atc 'SHOW data_directory')
+  pm=$(head -1 "$datadir/postmaster.pid")
+  for p in "$pm" $(ps -o pid= --ppid "$pm"); do
+    echo "$p" >"$1/cgroup.procs"
+  done
+  log "cluster on $2 (postmaster $pm) in cgroup $1"
+}
 if [ "$kind" != none ]; then
+  # Every other process of the machine competes with this whole group at
+  # the root: at the default weight (one task's) a busy machine would give
+  # all shards together one task's share, whatever N is, and no cap would
+  # ever bind. So while capped the bench gives the group the weight of 64
+  # tasks (uncapped: one task's again); inside it the shards (capped) and
+  # gen (the load generator and the directory/proxy cluster) weigh the same.
   for i in 0 1 2 3; do
     d="$cgroot/s$i"
     mkdir -p "$d"
     cgdirs+=("$d")
-    datadir=$("$pgbin/psql" "${shard_urls[$i]}" -Atc 'SHOW data_directory')
-    pm=$(head -1 "$datadir/postmaster.pid")
-    # The postmaster and the processes it already started; backends it
-    # forks later inherit its cgroup.
-    for p in "$pm" $(ps -o pid= --ppid "$pm"); do
-      echo "$p" >"$d/cgroup.procs"
-    done
-    log "cluster shards-$i (postmaster $pm) in cgroup $d"
+    into_cgroup "$d" "${shard_urls[$i]}"
   done
+  mkdir -p "$cgroot/gen"
+  cgdirs+=("$cgroot/gen")
+  into_cgroup "$cgroot/gen" "$dir_url"
+  echo $$ >"$cgroot/gen/cgroup.procs"
 fi
-cgdirs_csv=$(IFS=,; echo "${cgdirs[*]:-}")
+cgdirs_csv=$(IFS=,; echo "${cgdirs[*]:0:4}")
 shards_csv=$(IFS=,; echo "${shard_urls[*]}")
 
 go build -o bin/pgq-shards ./cmd/pgq-shards

@@ -65,7 +65,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.cgroupKind, "cgroup-kind", "none", "v1 (cpu.cfs_quota_us), v2 (cpu.max) or none")
 	fs.StringVar(&cgDirs, "cgroup-dirs", "", "comma-separated cgroup folders, one per shard cluster")
 	fs.StringVar(&o.capNote, "cap-note", "", "why the clusters are not capped (with -cgroup-kind none)")
-	fs.Float64Var(&o.cpu, "cpu", 0.25, "each shard's CPU share when capped (cores)")
+	fs.Float64Var(&o.cpu, "cpu", 0.1, "each shard's CPU share when capped (cores)")
 	fs.IntVar(&o.seconds, "seconds", 10, "length of each measured run")
 	fs.DurationVar(&o.drain, "drain", 3*time.Minute, "longest wait for the groups to drain after a run")
 	if err := fs.Parse(args); err != nil {
@@ -87,7 +87,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	capped := o.cgroupKind != "none"
 	if capped {
-		fmt.Fprintf(stdout, "shards: each shard cluster capped to %.2f CPU (cgroup %s); directory/proxy and load generator uncapped\n",
+		fmt.Fprintf(stdout, "shards: each shard cluster capped to %.2f CPU (cgroup %s); directory/proxy and load generator uncapped, beside them\n",
 			o.cpu, o.cgroupKind)
 	} else {
 		fmt.Fprintf(stdout, "shards: NOT capped: %s\n", o.capNote)
@@ -137,8 +137,25 @@ func splitList(s string) []string {
 	return out
 }
 
-// setCap caps (or uncaps) shard clusters 0..3.
+// setCap caps (or uncaps) shard clusters 0..3. Capped, their parent group
+// weighs as much as 64 tasks against the rest of the machine (else a busy
+// machine gives all shards together one task's share and no cap binds);
+// uncapped, one task's weight again, so that the control run does not take
+// the machine from everything else.
 func (b *bench) setCap(on bool) error {
+	if len(b.o.cgroupDirs) > 0 {
+		parent := filepath.Dir(b.o.cgroupDirs[0])
+		file, val := filepath.Join(parent, "cpu.shares"), "1024"
+		if b.o.cgroupKind == "v2" {
+			file, val = filepath.Join(parent, "cpu.weight"), "100"
+		}
+		if on {
+			val = map[bool]string{true: "6400", false: "65536"}[b.o.cgroupKind == "v2"]
+		}
+		if err := os.WriteFile(file, []byte(val), 0o644); err != nil {
+			return fmt.Errorf("bench: cgroup weight %s: %w", file, err)
+		}
+	}
 	for _, d := range b.o.cgroupDirs {
 		var file, val string
 		quota := int(b.o.cpu * 100000)
@@ -343,6 +360,10 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int
 				defer cw.Done()
 				group := fmt.Sprintf("g%d", g)
 				for conCtx.Err() == nil {
+					// A round of the shard's topics that found no full page
+					// waits 20 ms before the next (a polling consumer's
+					// interval): reads of nearly empty topics would cost the
+					// capped shard more than the messages they hand out.
 					idle := true
 					for ti := s; ti < len(topics); ti += n {
 						page, err := sc.Read(conCtx, topics[ti], client.ReadOptions{Group: group, Consumer: fmt.Sprintf("c%d", s), MaxMessages: 100})
@@ -356,7 +377,9 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int
 						if len(page.Messages) == 0 {
 							continue
 						}
-						idle = false
+						if len(page.Messages) == 100 {
+							idle = false
+						}
 						if _, err := sc.Ack(conCtx, page.Lease); err != nil {
 							if conCtx.Err() == nil {
 								errs.Add(1)
@@ -377,7 +400,7 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int
 					if idle {
 						select {
 						case <-conCtx.Done():
-						case <-time.After(5 * time.Millisecond):
+						case <-time.After(20 * time.Millisecond):
 						}
 					}
 				}
