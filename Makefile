@@ -23,11 +23,15 @@ CHAOS_CI_PORT  ?= $(shell expr $(TEST_PORT) + 11)
 FAILOVER_PORT  ?= $(shell expr $(TEST_PORT) + 13)
 # The backup/restore and uninstall test's second cluster (after FAILOVER_PORT's two).
 BACKUP_PORT    ?= $(shell expr $(TEST_PORT) + 15)
+# The shards test's two clusters (this port and the next): tests/shards_test.go.
+SHARDS_TEST_PORT ?= $(shell expr $(TEST_PORT) + 20)
+# make shards: the directory cluster on this port, the four shard clusters on the next four.
+SHARDS_PORT    ?= 25460
 # The relay tests' NATS servers (nats-server, JetStream): NATS_PORT and NATS_PORT + 1.
 NATS_PORT      ?= $(shell expr $(TEST_PORT) + 57)
 LISTEN         ?= 127.0.0.1:9187
 
-.PHONY: all help build run test lint deps bench bench-quick bench-lt chaos ha verify-sql snapshot-sql gen-upgrade upgrade-test db-stop clean
+.PHONY: all help build run test lint deps bench bench-quick bench-lt chaos ha shards verify-sql snapshot-sql gen-upgrade upgrade-test db-stop clean
 
 all: build
 
@@ -72,9 +76,10 @@ test: build ## lint + Go tests + psql walkthrough + Python/Node examples + pg_cr
 	if [ -z "$$DATABASE_URL" ]; then DATABASE_URL=$$(scripts/devdb.sh start test $(TEST_PORT)); fi; \
 	export DATABASE_URL PGQ_TEST_RESTART_PORT=$(RESTART_PORT) PGQ_TEST_PGBOUNCER_PORT=$(PGBOUNCER_PORT) \
 	  PGQ_TEST_CHAOS_PORT=$(CHAOS_CI_PORT) PGQ_TEST_TWOPC_PORT=$(TWOPC_PORT) PGQ_TEST_NOT_RUN=$(CURDIR)/.pgq-dev/not-run.log \
-	  PGQ_TEST_FAILOVER_PORT=$(FAILOVER_PORT) PGQ_TEST_BACKUP_PORT=$(BACKUP_PORT) PGQ_TEST_NATS_PORT=$(NATS_PORT); \
+	  PGQ_TEST_FAILOVER_PORT=$(FAILOVER_PORT) PGQ_TEST_BACKUP_PORT=$(BACKUP_PORT) PGQ_TEST_NATS_PORT=$(NATS_PORT) \
+	  PGQ_TEST_SHARDS_PORT=$(SHARDS_TEST_PORT); \
 	trap 'scripts/test-cleanup.sh "$$DATABASE_URL" || true' EXIT; \
-	scripts/deps.sh ensure pg_cron pgbouncer psycopg node promtool nats || { \
+	scripts/deps.sh ensure pg_cron pgbouncer psycopg node promtool nats plproxy || { \
 	  echo "make test: a component the suite exercises is missing (see above): run 'sudo make deps', then make test" >&2; \
 	  exit 1; }; \
 	mkdir -p .pgq-dev; rm -f .pgq-dev/not-run.log; \
@@ -97,8 +102,8 @@ test: build ## lint + Go tests + psql walkthrough + Python/Node examples + pg_cr
 lint: ## go vet + staticcheck (pinned version, via go run)
 	scripts/lint.sh
 
-deps: ## install what make test exercises: pg_cron, PgBouncer, psycopg, Node pg, promtool, nats-server (as root)
-	scripts/deps.sh ensure pg_cron pgbouncer psycopg node promtool nats
+deps: ## install what make test exercises: pg_cron, PgBouncer, psycopg, Node pg, promtool, nats-server, PL/Proxy (as root)
+	scripts/deps.sh ensure pg_cron pgbouncer psycopg node promtool nats plproxy
 
 # On its own cluster the bench installs Skytools PgQ (Debian's
 # postgresql-<major>-pgq3, as root) for its PgQ baseline; without it those
@@ -185,6 +190,9 @@ db-stop: ## stop the throwaway clusters (and the test PgBouncer)
 	-scripts/devdb.sh stop backup
 	-scripts/devdb.sh stop ha-p
 	-scripts/devdb.sh stop ha-s
+	-scripts/devdb.sh stop shards-a
+	-scripts/devdb.sh stop shards-b
+	-for c in shards-dir shards-0 shards-1 shards-2 shards-3; do scripts/devdb.sh stop $$c; done
 
 clean: db-stop ## stop the clusters and delete their data and bin/
 	rm -rf bin .pgq-dev
@@ -199,3 +207,12 @@ HA_BASE_PORT ?= 36100
 HA           ?= patroni
 ha: build ## Patroni HA run: switchover, crash, rejoin, switch back; ends with the "ha:" line (HA_SECONDS, HA_BASE_PORT)
 	HA=$(HA) HA_BASE_PORT=$(HA_BASE_PORT) deploy/ha/ha.sh
+
+# pgq on 1, 2 and 4 shard clusters (docs/scaling-out.md): the directory on
+# SHARDS_PORT, shards on SHARDS_PORT+1..+4, each capped to SHARDS_CPU cores
+# (cgroup cpu.max or cpu.cfs_quota_us, as root) plus an uncapped control;
+# SHARDS_SECONDS per run. Ends with the "shards:" line.
+SHARDS_CPU     ?= 0.1
+SHARDS_SECONDS ?= 10
+shards: ## scaling over shard clusters, capped and uncapped, and the PL/Proxy path; ends with the "shards:" line
+	SHARDS_CPU=$(SHARDS_CPU) SHARDS_SECONDS=$(SHARDS_SECONDS) scripts/shards.sh $(SHARDS_PORT)

@@ -12,6 +12,8 @@
 #   node       Node.js + npm, and examples/node/node_modules from the lockfile
 #   pgq3       Debian postgresql-<major>-pgq3 (Skytools PgQ, make bench's baseline)
 #   nats       Debian nats-server (the relay's test broker, JetStream on)
+#   plproxy    Debian postgresql-<major>-plproxy (PL/Proxy: schema fanout_proxy,
+#              the shards test and make shards)
 #   promtool   promtool from Debian's prometheus package: on PATH, or else
 #              extracted from the package (apt-get download, no install: the
 #              package's Prometheus server is neither installed nor started)
@@ -42,6 +44,7 @@ pkg_of() {
     pgq3) echo "postgresql-$(pg_major)-pgq3" ;;
     promtool) echo prometheus ;;
     nats) echo nats-server ;;
+    plproxy) echo "postgresql-$(pg_major)-plproxy" ;;
   esac
 }
 
@@ -81,6 +84,7 @@ present() {
     pgq3) [ -f "/usr/share/postgresql/$(pg_major)/extension/pgq.control" ] ;;
     promtool) promtool_path >/dev/null ;;
     nats) command -v nats-server >/dev/null 2>&1 || [ -x /usr/bin/nats-server ] || [ -x /usr/sbin/nats-server ] ;;
+    plproxy) [ -f "/usr/share/postgresql/$(pg_major)/extension/plproxy.control" ] ;;
     *) log "unknown component $1"; return 2 ;;
   esac
 }
@@ -146,5 +150,5 @@ case "$cmd" in
     rc=0
     for c in "$@"; do ensure "$c" || rc=1; done
     exit $rc ;;
-  *) echo "usage: $0 check|ensure pg_cron|pgbouncer|psycopg|node|pgq3|promtool|nats..." >&2; exit 2 ;;
+  *) echo "usage: $0 check|ensure pg_cron|pgbouncer|psycopg|node|pgq3|promtool|nats|plproxy..." >&2; exit 2 ;;
 esac

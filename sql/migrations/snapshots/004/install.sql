@@ -42,6 +42,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._reconcile_stamps.sql" . }}
 {{ template "fanout._retries_take.sql" . }}
 {{ template "fanout._sequence_gate.sql" . }}
+{{ template "fanout._topic.sql" . }}
 {{ template "fanout._try_lock.sql" . }}
 {{ template "fanout._window_page_priority.sql" . }}
 {{ template "fanout._window_scan.sql" . }}

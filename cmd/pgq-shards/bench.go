@@ -1,0 +1,562 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfanout/pgq/client"
+	"github.com/pgfanout/pgq/orchestrator"
+	"github.com/pgfanout/pgq/shards"
+)
+
+// The measurement of `make shards` (scripts/shards.sh starts the clusters
+// and their cgroups): for N = 1, 2, 4 shards, each its own cluster capped
+// to the same CPU share, 8 producers (4 publishing batches of 100, 4 single
+// messages) over 4×N pubsub topics placed round-robin on the shards, 4
+// groups draining every topic (one consumer per group and shard), for
+// -seconds; the rate is published plus consumed messages per second. Then
+// the caps are lifted until every group has every published message (lost
+// = published messages a group never got). The same again uncapped (the
+// control). Then the PL/Proxy path against the direct one: 8 producers
+// publishing batches of 100 to one capped shard, through
+// fanout_proxy.publish_batch in the directory database vs directly.
+
+type benchOpts struct {
+	directoryURL string   // maintenance database of the directory cluster
+	shardURLs    []string // maintenance databases of the shard clusters (4)
+	cgroupKind   string   // v1, v2 or none
+	cgroupDirs   []string // one per shard cluster
+	capNote      string   // why not capped (kind none)
+	cpu          float64  // each shard's CPU share when capped
+	seconds      int
+	drain        time.Duration
+}
+
+const (
+	dbName     = "pgq_shards"
+	tplName    = "pgq_shards_tpl"
+	dirDBName  = "pgq_shards_directory"
+	groupCount = 4
+	producers  = 8
+)
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o benchOpts
+	var shardURLs, cgDirs string
+	fs.StringVar(&o.directoryURL, "directory-url", "", "URL of the directory cluster's maintenance database")
+	fs.StringVar(&shardURLs, "shard-urls", "", "comma-separated URLs of the 4 shard clusters' maintenance databases")
+	fs.StringVar(&o.cgroupKind, "cgroup-kind", "none", "v1 (cpu.cfs_quota_us), v2 (cpu.max) or none")
+	fs.StringVar(&cgDirs, "cgroup-dirs", "", "comma-separated cgroup folders, one per shard cluster")
+	fs.StringVar(&o.capNote, "cap-note", "", "why the clusters are not capped (with -cgroup-kind none)")
+	fs.Float64Var(&o.cpu, "cpu", 0.1, "each shard's CPU share when capped (cores)")
+	fs.IntVar(&o.seconds, "seconds", 10, "length of each measured run")
+	fs.DurationVar(&o.drain, "drain", 3*time.Minute, "longest wait for the groups to drain after a run")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	o.shardURLs = splitList(shardURLs)
+	o.cgroupDirs = splitList(cgDirs)
+	if o.directoryURL == "" || len(o.shardURLs) < 4 {
+		return errors.New("bench: -directory-url and 4 -shard-urls are needed")
+	}
+	if o.cgroupKind != "none" && len(o.cgroupDirs) < 4 {
+		return errors.New("bench: -cgroup-dirs needs one folder per shard cluster")
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	b := &bench{o: o, out: stdout}
+	defer b.uncap()
+	if err := b.prepare(ctx); err != nil {
+		return err
+	}
+	capped := o.cgroupKind != "none"
+	if capped {
+		fmt.Fprintf(stdout, "shards: each shard cluster capped to %.2f CPU (cgroup %s); directory/proxy and load generator uncapped, beside them\n",
+			o.cpu, o.cgroupKind)
+	} else {
+		fmt.Fprintf(stdout, "shards: NOT capped: %s\n", o.capNote)
+	}
+	rates := map[string]float64{}
+	var lost int64
+	modes := []bool{false}
+	if capped {
+		modes = []bool{true, false}
+	}
+	for _, cap := range modes {
+		for _, n := range []int{1, 2, 4} {
+			r, l, err := b.fanoutRun(ctx, n, cap)
+			if err != nil {
+				return err
+			}
+			rates[fmt.Sprintf("%v/%d", cap, n)] = r
+			lost += l
+		}
+	}
+	proxy, err := b.proxyRun(ctx, capped)
+	if err != nil {
+		return err
+	}
+	x := func(cap bool, n int) float64 {
+		return rates[fmt.Sprintf("%v/%d", cap, n)] / rates[fmt.Sprintf("%v/1", cap)]
+	}
+	if capped {
+		fmt.Fprintf(stdout, "shards (uncapped control, %d cores shared): x2 %.2f, x4 %.2f\n", runtime.NumCPU(), x(false, 2), x(false, 4))
+	}
+	fmt.Fprintf(stdout, "shards: x2 %.2f, x4 %.2f, proxy %.2f, lost %d\n", x(capped, 2), x(capped, 4), proxy, lost)
+	return nil
+}
+
+type bench struct {
+	o   benchOpts
+	out io.Writer
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// setCap caps (or uncaps) shard clusters 0..3. Capped, their parent group
+// weighs as much as 64 tasks against the rest of the machine (else a busy
+// machine gives all shards together one task's share and no cap binds);
+// uncapped, one task's weight again, so that the control run does not take
+// the machine from everything else.
+func (b *bench) setCap(on bool) error {
+	if len(b.o.cgroupDirs) > 0 {
+		parent := filepath.Dir(b.o.cgroupDirs[0])
+		file, val := filepath.Join(parent, "cpu.shares"), "1024"
+		if b.o.cgroupKind == "v2" {
+			file, val = filepath.Join(parent, "cpu.weight"), "100"
+		}
+		if on {
+			val = map[bool]string{true: "6400", false: "65536"}[b.o.cgroupKind == "v2"]
+		}
+		if err := os.WriteFile(file, []byte(val), 0o644); err != nil {
+			return fmt.Errorf("bench: cgroup weight %s: %w", file, err)
+		}
+	}
+	for _, d := range b.o.cgroupDirs {
+		var file, val string
+		quota := int(b.o.cpu * 100000)
+		switch b.o.cgroupKind {
+		case "v1":
+			file, val = filepath.Join(d, "cpu.cfs_quota_us"), "-1"
+			if on {
+				val = fmt.Sprint(quota)
+			}
+			if err := os.WriteFile(filepath.Join(d, "cpu.cfs_period_us"), []byte("100000"), 0o644); err != nil {
+				return fmt.Errorf("bench: cgroup period: %w", err)
+			}
+		case "v2":
+			file, val = filepath.Join(d, "cpu.max"), "max 100000"
+			if on {
+				val = fmt.Sprintf("%d 100000", quota)
+			}
+		default:
+			return nil
+		}
+		if err := os.WriteFile(file, []byte(val), 0o644); err != nil {
+			return fmt.Errorf("bench: cgroup %s: %w", file, err)
+		}
+	}
+	return nil
+}
+
+func (b *bench) uncap() { _ = b.setCap(false) }
+
+func admin(ctx context.Context, u string, stmts ...string) error {
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			return fmt.Errorf("%s: %w", s, err)
+		}
+	}
+	return nil
+}
+
+func withDB(u, db string) string {
+	cfg, err := pgx.ParseConfig(u)
+	if err != nil {
+		return u
+	}
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable", cfg.Host, cfg.Port, cfg.User, db)
+}
+
+// prepare migrates a template database on every shard cluster once.
+func (b *bench) prepare(ctx context.Context) error {
+	for _, u := range b.o.shardURLs {
+		if err := admin(ctx, u, "DROP DATABASE IF EXISTS "+tplName+" WITH (FORCE)", "CREATE DATABASE "+tplName); err != nil {
+			return fmt.Errorf("bench: template: %w", err)
+		}
+		if _, err := orchestrator.MigrateURL(ctx, withDB(u, tplName)); err != nil {
+			return fmt.Errorf("bench: template: %w", err)
+		}
+	}
+	return nil
+}
+
+// setup makes fresh databases: n shards (from the template) and the
+// directory with the proxy; places topic i on shard i mod n.
+func (b *bench) setup(ctx context.Context, n int, topics []string) (string, error) {
+	for i := 0; i < n; i++ {
+		if err := admin(ctx, b.o.shardURLs[i], "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)",
+			"CREATE DATABASE "+dbName+" TEMPLATE "+tplName); err != nil {
+			return "", fmt.Errorf("bench: shard %d: %w", i, err)
+		}
+	}
+	if err := admin(ctx, b.o.directoryURL, "DROP DATABASE IF EXISTS "+dirDBName+" WITH (FORCE)",
+		"CREATE DATABASE "+dirDBName); err != nil {
+		return "", fmt.Errorf("bench: directory: %w", err)
+	}
+	dirURL := withDB(b.o.directoryURL, dirDBName)
+	conn, err := pgx.Connect(ctx, dirURL)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := shards.MigrateDirectory(ctx, conn); err != nil {
+		return "", err
+	}
+	if _, err := shards.MigrateProxy(ctx, conn); err != nil {
+		return "", err
+	}
+	for i := 0; i < n; i++ {
+		if _, err := shards.AddShard(ctx, conn, fmt.Sprintf("s%d", i), withDB(b.o.shardURLs[i], dbName)); err != nil {
+			return "", err
+		}
+	}
+	for i, t := range topics {
+		if _, err := shards.Place(ctx, conn, t, fmt.Sprintf("s%d", i%n)); err != nil {
+			return "", err
+		}
+	}
+	return dirURL, nil
+}
+
+func newClient(ctx context.Context, dirURL string) (*client.Sharded, error) {
+	return client.NewSharded(ctx, dirURL, client.WithShardPoolConfig(func(_ string, c *pgxpool.Config) {
+		c.MaxConns = 32
+	}))
+}
+
+func payload(p, k int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"p":%d,"k":%d}`, p, k)) }
+
+// fanoutRun is one measured run with n shards; it returns the rate
+// (published + consumed per second) and how many messages a group lost.
+func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int64, error) {
+	topics := make([]string, 4*n)
+	for i := range topics {
+		topics[i] = fmt.Sprintf("bench.t%02d", i)
+	}
+	dirURL, err := b.setup(ctx, n, topics)
+	if err != nil {
+		return 0, 0, err
+	}
+	sc, err := newClient(ctx, dirURL)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer sc.Close()
+	for _, t := range topics {
+		if _, err := sc.CreateTopic(ctx, t, "pubsub"); err != nil {
+			return 0, 0, err
+		}
+		for g := 0; g < groupCount; g++ {
+			if _, err := sc.Subscribe(ctx, t, fmt.Sprintf("g%d", g)); err != nil {
+				return 0, 0, err
+			}
+		}
+	}
+	if err := b.setCap(capped); err != nil {
+		return 0, 0, err
+	}
+
+	published := make([]atomic.Int64, len(topics))
+	var pubTotal, conTotal, errs atomic.Int64
+	counting := atomic.Bool{}
+	counting.Store(true)
+
+	prodCtx, stopProd := context.WithCancel(ctx)
+	var pw sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		pw.Add(1)
+		go func(p int) {
+			defer pw.Done()
+			for k := 0; prodCtx.Err() == nil; k++ {
+				ti := (p + k) % len(topics)
+				var got int
+				if p < producers/2 {
+					msgs := make([]client.Message, 100)
+					for i := range msgs {
+						msgs[i] = client.Message{Payload: payload(p, k*100+i)}
+					}
+					ids, err := sc.PublishBatch(prodCtx, topics[ti], msgs)
+					if err != nil {
+						if prodCtx.Err() == nil {
+							errs.Add(1)
+							slog.Warn("publish_batch", "err", err)
+						}
+						continue
+					}
+					got = len(ids)
+				} else {
+					if _, err := sc.Publish(prodCtx, topics[ti], client.Message{Payload: payload(p, k)}); err != nil {
+						if prodCtx.Err() == nil {
+							errs.Add(1)
+							slog.Warn("publish", "err", err)
+						}
+						continue
+					}
+					got = 1
+				}
+				published[ti].Add(int64(got))
+				if counting.Load() {
+					pubTotal.Add(int64(got))
+				}
+			}
+		}(p)
+	}
+
+	// consumers: one per group and shard, over that shard's topics;
+	// consumed[g][t] is the set of message ids group g acked of topic t.
+	consumed := make([][]map[int64]struct{}, groupCount)
+	distinct := make([][]atomic.Int64, groupCount) // len(consumed[g][t]), readable while consumers run
+	conCtx, stopCon := context.WithCancel(ctx)
+	var cw sync.WaitGroup
+	for g := 0; g < groupCount; g++ {
+		consumed[g] = make([]map[int64]struct{}, len(topics))
+		distinct[g] = make([]atomic.Int64, len(topics))
+		for t := range topics {
+			consumed[g][t] = map[int64]struct{}{}
+		}
+		for s := 0; s < n; s++ {
+			cw.Add(1)
+			go func(g, s int) {
+				defer cw.Done()
+				group := fmt.Sprintf("g%d", g)
+				for conCtx.Err() == nil {
+					// A round of the shard's topics that found no full page
+					// waits 20 ms before the next (a polling consumer's
+					// interval): reads of nearly empty topics would cost the
+					// capped shard more than the messages they hand out.
+					idle := true
+					for ti := s; ti < len(topics); ti += n {
+						page, err := sc.Read(conCtx, topics[ti], client.ReadOptions{Group: group, Consumer: fmt.Sprintf("c%d", s), MaxMessages: 100})
+						if err != nil {
+							if conCtx.Err() == nil {
+								errs.Add(1)
+								slog.Warn("read", "err", err)
+							}
+							continue
+						}
+						if len(page.Messages) == 0 {
+							continue
+						}
+						if len(page.Messages) == 100 {
+							idle = false
+						}
+						if _, err := sc.Ack(conCtx, page.Lease); err != nil {
+							if conCtx.Err() == nil {
+								errs.Add(1)
+								slog.Warn("ack", "err", err)
+							}
+							continue // the lease expires; the messages come back
+						}
+						for _, m := range page.Messages {
+							if _, seen := consumed[g][ti][m.ID]; !seen {
+								consumed[g][ti][m.ID] = struct{}{}
+								distinct[g][ti].Add(1)
+							}
+						}
+						if counting.Load() {
+							conTotal.Add(int64(len(page.Messages)))
+						}
+					}
+					if idle {
+						select {
+						case <-conCtx.Done():
+						case <-time.After(20 * time.Millisecond):
+						}
+					}
+				}
+			}(g, s)
+		}
+	}
+
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Duration(b.o.seconds) * time.Second):
+	}
+	counting.Store(false)
+	elapsed := time.Since(start).Seconds()
+	stopProd()
+	pw.Wait()
+	rate := float64(pubTotal.Load()+conTotal.Load()) / elapsed
+	pubRate := float64(pubTotal.Load()) / elapsed
+
+	// Drain uncapped; the consumers' maps are read only after they stopped.
+	if err := b.setCap(false); err != nil {
+		stopCon()
+		cw.Wait()
+		return 0, 0, err
+	}
+	deadline := time.Now().Add(b.o.drain)
+	var pending int64
+	for {
+		pending = 0
+		for g := 0; g < groupCount; g++ {
+			for ti := range topics {
+				if d := published[ti].Load() - distinct[g][ti].Load(); d > 0 {
+					pending += d
+				}
+			}
+		}
+		if pending == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stopCon()
+	cw.Wait()
+	var lost int64
+	for g := 0; g < groupCount; g++ {
+		for ti := range topics {
+			if d := published[ti].Load() - int64(len(consumed[g][ti])); d > 0 {
+				lost += d
+			}
+		}
+	}
+	mode := "uncapped"
+	if capped {
+		mode = "capped"
+	}
+	fmt.Fprintf(b.out, "shards: N=%d %-8s %2d topics: %8.0f msg/s (publish %7.0f/s, consume %7.0f/s), errors %d, lost %d%s\n",
+		n, mode, len(topics), rate, pubRate, rate-pubRate, errs.Load(), lost, drainNote(pending))
+	return rate, lost, nil
+}
+
+func drainNote(pending int64) string {
+	if pending > 0 {
+		return fmt.Sprintf(" (NOT drained: %d left when the drain wait ran out)", pending)
+	}
+	return ""
+}
+
+// proxyRun measures publish_batch of 100 through the proxy against the
+// direct path, on one (capped) shard, and returns proxy / direct.
+func (b *bench) proxyRun(ctx context.Context, capped bool) (float64, error) {
+	topics := []string{"bench.p0", "bench.p1", "bench.p2", "bench.p3"}
+	dirURL, err := b.setup(ctx, 1, topics)
+	if err != nil {
+		return 0, err
+	}
+	sc, err := newClient(ctx, dirURL)
+	if err != nil {
+		return 0, err
+	}
+	defer sc.Close()
+	for _, t := range topics {
+		if _, err := sc.CreateTopic(ctx, t, "queue"); err != nil {
+			return 0, err
+		}
+	}
+	pc, err := pgxpool.ParseConfig(dirURL)
+	if err != nil {
+		return 0, err
+	}
+	pc.MaxConns = 2 * producers
+	dir, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return 0, err
+	}
+	defer dir.Close()
+	if err := b.setCap(capped); err != nil {
+		return 0, err
+	}
+	defer b.uncap()
+	measure := func(viaProxy bool) (float64, error) {
+		runCtx, cancel := context.WithTimeout(ctx, time.Duration(b.o.seconds)*time.Second)
+		defer cancel()
+		var total atomic.Int64
+		var firstErr error
+		var once sync.Once
+		var w sync.WaitGroup
+		start := time.Now()
+		for p := 0; p < producers; p++ {
+			w.Add(1)
+			go func(p int) {
+				defer w.Done()
+				payloads := make([]string, 100)
+				msgs := make([]client.Message, 100)
+				for k := 0; runCtx.Err() == nil; k++ {
+					t := topics[(p+k)%len(topics)]
+					var err error
+					if viaProxy {
+						for i := range payloads {
+							payloads[i] = string(payload(p, k*100+i))
+						}
+						var c int64
+						err = dir.QueryRow(runCtx, `SELECT count(*) FROM fanout_proxy.publish_batch($1, $2::jsonb[])`, t, payloads).Scan(&c)
+						if err == nil && c != 100 {
+							err = fmt.Errorf("proxy publish_batch returned %d ids", c)
+						}
+					} else {
+						for i := range msgs {
+							msgs[i] = client.Message{Payload: payload(p, k*100+i)}
+						}
+						_, err = sc.PublishBatch(runCtx, t, msgs)
+					}
+					if err != nil {
+						if runCtx.Err() == nil {
+							once.Do(func() { firstErr = err })
+						}
+						continue
+					}
+					total.Add(100)
+				}
+			}(p)
+		}
+		w.Wait()
+		if firstErr != nil {
+			return 0, fmt.Errorf("bench: proxy run (via proxy %v): %w", viaProxy, firstErr)
+		}
+		return float64(total.Load()) / time.Since(start).Seconds(), nil
+	}
+	direct, err := measure(false)
+	if err != nil {
+		return 0, err
+	}
+	proxied, err := measure(true)
+	if err != nil {
+		return 0, err
+	}
+	fmt.Fprintf(b.out, "shards: publish_batch of 100, 8 producers, 1 shard: direct %.0f msg/s, via fanout_proxy %.0f msg/s\n",
+		direct, proxied)
+	return proxied / direct, nil
+}
