@@ -99,10 +99,8 @@ BEGIN
             WHERE p.topic_id = v_t.topic_id AND p.closed_at IS NOT NULL AND p.truncated_at IS NULL
             ORDER BY p.part_no
         LOOP
-            -- 10 partitions a call, and none begun after the time budget
-            -- once one was emptied (the topic is visited again next call).
-            IF v_done >= 10 OR (v_done > 0 AND clock_timestamp() - v_start > c_budget) THEN
-                v_cut := true;
+            IF v_done >= 10 THEN
+                v_cut := true;  -- the topic again on the next call
                 EXIT;
             END IF;
             v_forced := v_p.closed_at <= p_now - v_t.max_retention;
@@ -110,6 +108,12 @@ BEGIN
                                THEN v_t.data_table || '_done_p' || v_p.part_no END;
             -- Later partitions are younger and no further consumed.
             EXIT WHEN NOT v_forced AND NOT fanout._partition_droppable(v_t, v_p, p_now);
+            -- One more to empty: not begun after the time budget once one
+            -- was (the topic again on the next call).
+            IF v_done > 0 AND clock_timestamp() - v_start > c_budget THEN
+                v_cut := true;
+                EXIT;
+            END IF;
             BEGIN
                 -- Waiting is allowed only while this call holds no partition
                 -- yet: the first lock may wait 200 ms (readers' statements
@@ -242,6 +246,11 @@ BEGIN
             PERFORM fanout._maint_failed('fanout._cleanup_partitions', v_t.topic_id, NULL, SQLSTATE, SQLERRM);
         END;
     END LOOP;
+    IF v_cut AND NOT v_more THEN
+        -- The last topic was cut short with no topic after it: from it again.
+        v_more := true;
+        v_last := v_last - 1;
+    END IF;
     UPDATE fanout.lock_row l SET resume_after = CASE WHEN v_more THEN v_last ELSE 0 END
     WHERE l.name = 'maint:cleanup_partitions';
     RETURN v_done + CASE WHEN v_more THEN 1 ELSE 0 END;
