@@ -92,7 +92,7 @@ DECLARE
     v_seen   int := 0;
     v_more   boolean := false;
     v_vx     text[];   -- the running transactions, read once per call
-    v_vx_end xid8;     -- every transaction below it had ended when v_vx was read
+    v_vx_snap pg_snapshot;  -- taken right before v_vx was read
     c_stale_wait constant interval := '10 minutes';
     c_func       constant text := 'fanout._manage_partitions';
     c_slice      constant int := 100;
@@ -161,9 +161,10 @@ BEGIN
                 v_since := r.next_stale_at;
                 IF v_stale IS NULL THEN
                     -- The list read for an earlier topic of this call when
-                    -- the creation had ended before it was read (else afresh).
-                    IF v_vx IS NULL OR NOT r.next_xid < v_vx_end THEN
-                        v_vx_end := pg_snapshot_xmin(pg_current_snapshot());
+                    -- the creation (committed) had ended before it was read:
+                    -- visible in the snapshot taken right before (else afresh).
+                    IF v_vx IS NULL OR NOT pg_visible_in_snapshot(r.next_xid, v_vx_snap) THEN
+                        v_vx_snap := pg_current_snapshot();
                         v_vx := fanout._running_vxids();
                     END IF;
                     v_stale := v_vx;
@@ -202,8 +203,8 @@ BEGIN
             IF v_stale IS NULL THEN
                 -- As for step 2: the list of this call when the refresh had
                 -- ended before it was read.
-                IF v_vx IS NULL OR NOT r.next_refresh_xid < v_vx_end THEN
-                    v_vx_end := pg_snapshot_xmin(pg_current_snapshot());
+                IF v_vx IS NULL OR NOT pg_visible_in_snapshot(r.next_refresh_xid, v_vx_snap) THEN
+                    v_vx_snap := pg_current_snapshot();
                     v_vx := fanout._running_vxids();
                 END IF;
                 v_stale := v_vx;
