@@ -110,9 +110,21 @@ func TestCleanupAndGroupsViewOnePassPerPartition(t *testing.T) {
 	defer tx.Rollback(b.ctx)
 	oids = closed(tx)
 	before = scans(tx, oids)
-	var done int
-	require.NoError(t, tx.QueryRow(b.ctx, "SELECT fanout._cleanup_partitions(p_now => now() + interval '4 hours')").Scan(&done))
-	require.Equal(t, 2, done)
+	// Called again while it returns > 0 (a call begins no partition after
+	// its time budget: on a loaded machine the second may be the next
+	// call's).
+	for calls := 1; ; calls++ {
+		var done int
+		require.NoError(t, tx.QueryRow(b.ctx, "SELECT fanout._cleanup_partitions(p_now => now() + interval '4 hours')").Scan(&done))
+		if done == 0 {
+			break
+		}
+		require.Less(t, calls, 10)
+	}
+	var left int64
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT count(*) FROM fanout.partition p JOIN fanout.topic t USING (topic_id)
+		WHERE t.topic = 'scale' AND p.closed_at IS NOT NULL AND p.truncated_at IS NULL`).Scan(&left))
+	require.Zero(t, left, "both closed partitions emptied")
 	cleanupScans := scans(tx, oids) - before
 	require.LessOrEqual(t, cleanupScans, int64(24), "closed partitions scanned %d times for %d lagging groups", cleanupScans, junk)
 	var junkLost, junkRight, halfLost, allLost, dropped int64

@@ -113,7 +113,15 @@ func TestTenThousandGroupsCleanupAndView(t *testing.T) {
 		require.Equal(t, groups, exact, "every group has all 45 messages unread")
 
 		start = time.Now()
-		require.Equal(t, 2, b.cleanup(t, "4 hours"), "both closed partitions go: no group pins them past zombie_ttl")
+		// Both closed partitions go: no group pins them past zombie_ttl
+		// (called again while it returns > 0: a call begins no partition
+		// after its time budget, so on a loaded machine the second may be
+		// the next call's).
+		for calls := 1; b.cleanup(t, "4 hours") > 0; calls++ {
+			require.Less(t, calls, 10)
+		}
+		require.Zero(t, b.count(t, `SELECT count(*) FROM fanout.partition p JOIN fanout.topic t USING (topic_id)
+			WHERE t.topic = $1 AND p.closed_at IS NOT NULL AND p.truncated_at IS NULL`, topic), "both closed partitions emptied")
 		cleanup := time.Since(start)
 		var lost, right, dropped int64
 		require.NoError(t, b.Pool.QueryRow(b.ctx, `

@@ -27,7 +27,7 @@
 -- (fanout._summarize_partitions), which keeps the per-group checks and loss
 -- counts look-ups rather than scans.
 -- Bounded: at most 10 partitions and 100 topics per call, and no new topic
--- once the call has run 500 ms: it works through the topics that have a
+-- or partition once the call has run 250 ms: it works through the topics that have a
 -- closed partition (or, in reference mode, stamps to reconcile) in slices,
 -- resuming after the last one on the next call (fanout.lock_row's
 -- resume_after), so thousands of topics never make one call long or make it
@@ -59,6 +59,8 @@ DECLARE
     v_last     bigint;
     v_seen     int := 0;
     v_more     boolean := false;
+    v_cut      boolean := false;
+    c_budget   constant interval := '250 ms';
     v_start    timestamptz := clock_timestamp();
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
@@ -74,9 +76,9 @@ BEGIN
         ORDER BY t.topic_id
         LIMIT 101
     LOOP
-        IF v_seen = 100 OR v_done >= 10 OR clock_timestamp() - v_start > interval '500 ms' THEN
+        IF v_seen = 100 OR v_done >= 10 OR (v_seen > 0 AND clock_timestamp() - v_start > c_budget) THEN
             v_more := true;  -- the rest on the next call
-            IF v_done >= 10 THEN
+            IF v_cut THEN
                 v_last := v_last - 1;  -- from the last topic again: it may have more to empty
             END IF;
             EXIT;
@@ -97,12 +99,21 @@ BEGIN
             WHERE p.topic_id = v_t.topic_id AND p.closed_at IS NOT NULL AND p.truncated_at IS NULL
             ORDER BY p.part_no
         LOOP
-            EXIT WHEN v_done >= 10;
+            IF v_done >= 10 THEN
+                v_cut := true;  -- the topic again on the next call
+                EXIT;
+            END IF;
             v_forced := v_p.closed_at <= p_now - v_t.max_retention;
             v_done_rel := CASE WHEN v_t.completion = 'reference'
                                THEN v_t.data_table || '_done_p' || v_p.part_no END;
             -- Later partitions are younger and no further consumed.
             EXIT WHEN NOT v_forced AND NOT fanout._partition_droppable(v_t, v_p, p_now);
+            -- One more to empty: not begun after the time budget once one
+            -- was (the topic again on the next call).
+            IF v_done > 0 AND clock_timestamp() - v_start > c_budget THEN
+                v_cut := true;
+                EXIT;
+            END IF;
             BEGIN
                 -- Waiting is allowed only while this call holds no partition
                 -- yet: the first lock may wait 200 ms (readers' statements
@@ -235,6 +246,11 @@ BEGIN
             PERFORM fanout._maint_failed('fanout._cleanup_partitions', v_t.topic_id, NULL, SQLSTATE, SQLERRM);
         END;
     END LOOP;
+    IF v_cut AND NOT v_more THEN
+        -- The last topic was cut short with no topic after it: from it again.
+        v_more := true;
+        v_last := v_last - 1;
+    END IF;
     UPDATE fanout.lock_row l SET resume_after = CASE WHEN v_more THEN v_last ELSE 0 END
     WHERE l.name = 'maint:cleanup_partitions';
     RETURN v_done + CASE WHEN v_more THEN 1 ELSE 0 END;

@@ -8,7 +8,7 @@
 -- over it, and lets it resume once a round finds it under. Does nothing
 -- (and forgets every block) while no grant has a max_bytes. A topic whose
 -- table another transaction holds is passed by (fanout._maint_lock_topic).
--- Bounded: at most 100 topics per call, none begun after 500 ms. Returns how many topics it measured
+-- Bounded: at most 100 topics per call, none begun after 250 ms. Returns how many topics it measured
 -- plus how many blocks it forgot; call again while it returns > 0. Takes
 -- its own lock row (fanout._try_lock).
 -- Raises: PGQ03 (p_now NULL or infinite), PGQ21.
@@ -45,7 +45,7 @@ BEGIN
         ORDER BY u.measured_at NULLS FIRST, x.topic_id
         LIMIT 100
     LOOP
-        EXIT WHEN v_done > 0 AND clock_timestamp() - v_start > interval '500 ms';
+        EXIT WHEN v_done > 0 AND clock_timestamp() - v_start > interval '250 ms';
         IF NOT fanout._maint_lock_topic(c_func, t.topic_id) THEN
             CONTINUE;
         END IF;

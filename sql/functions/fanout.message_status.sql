@@ -10,13 +10,14 @@
 -- and message_status: 'completed' (every required group acked), 'pending',
 -- or 'unclaimed' (published while no group was subscribed); NULL otherwise.
 -- Rows are fanout.message_status_row (so inputs and outputs share names).
+-- VOLATILE: its grant check (fanout._authorize) notes the caller.
 -- Raises: PGQ01, PGQ03 (NULL id), PGQ18 (no such message retained).
 -- Tables: fanout.consumer_group, fanout.kpart, fanout.lease, fanout.retry, fanout.seq_wait,
 -- fanout.dead_letter, fanout_data.m<topic_id> (one partition) and, in reference
 -- mode, fanout_data.m<topic_id>_done.
 CREATE OR REPLACE FUNCTION fanout.message_status(topic text, message_id bigint)
 RETURNS SETOF fanout.message_status_row
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 #variable_conflict use_column

@@ -2,13 +2,14 @@
 -- message published to a partitioned topic with this message_group lands in
 -- (fanout._kpart_of: first 4 bytes of md5(message_group) as an unsigned
 -- big-endian integer, modulo P). NULL for a NULL message_group (those
--- messages are spread at random over the partitions).
+-- messages are spread at random over the partitions). VOLATILE: its grant
+-- check (fanout._authorize) notes the caller.
 -- Raises: PGQ01, PGQ03 (the topic is not partitioned), PGQ21 (neither a publish
 -- nor a consume grant).
 -- Tables: fanout.topic.
 CREATE OR REPLACE FUNCTION fanout.partition_of(topic text, message_group text)
 RETURNS int
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE

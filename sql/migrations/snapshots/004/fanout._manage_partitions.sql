@@ -46,9 +46,20 @@
 --   back only while it holds the topic's table: a session idle in a
 --   transaction elsewhere cannot stop rotation for good.
 -- Must run in READ COMMITTED (each statement needs a fresh snapshot).
--- Bounded: at most 50 steps per call, none begun after 500 ms. Returns the number of steps done;
--- call again while it returns > 0. Takes its own lock row, fanout._try_lock (returns 0 if
--- another caller holds it).
+-- Bounded: it works through the topics in slices, resuming after the last
+-- topic it visited on its next call (fanout.lock_row's resume_after): at
+-- most 100 topics and 50 steps per call, and no topic begun once the call
+-- has run 250 ms, whether that topic has a step to do or only waits
+-- (recording the transactions a step waits for is work too: thousands of
+-- topics' worth made one call take seconds). The running transactions are
+-- read once per call (fanout._running_vxids: pg_locks and
+-- pg_stat_activity), not once per topic, for every topic whose creation or
+-- refresh ended before they were read. Returns the number of steps done,
+-- plus one while the pass over the topics is not finished (a round that
+-- began in the middle of a pass, where an earlier one stopped, ends at
+-- the last topic: the first ones are the next round's); call again while
+-- it returns > 0. Takes its own lock row,
+-- fanout._try_lock (returns 0 if another caller holds it).
 -- A topic whose step fails is logged (fanout._maint_failed) and skipped.
 -- Never waits for a tenant: before a step it locks the topic's row without
 -- waiting (fanout._maint_lock_topic: a topic whose alter_topic or drop_topic
@@ -76,8 +87,17 @@ DECLARE
     v_stale  text[];
     v_since  timestamptz;
     v_timeout text;
+    v_after  bigint;
+    v_cursor bigint;   -- the last topic visited
+    v_seen   int := 0;
+    v_more   boolean := false;
+    v_vx     text[];   -- the running transactions, read once per call
+    v_vx_snap pg_snapshot;  -- taken right before v_vx was read
     c_stale_wait constant interval := '10 minutes';
     c_func       constant text := 'fanout._manage_partitions';
+    c_slice      constant int := 100;
+    c_steps      constant int := 50;
+    c_budget     constant interval := '250 ms';
     v_start      timestamptz := clock_timestamp();
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
@@ -90,6 +110,8 @@ BEGIN
     END IF;
     DELETE FROM fanout.maint_skip s  -- of topics dropped since
     WHERE s.func = c_func AND NOT EXISTS (SELECT 1 FROM fanout.topic t WHERE t.topic_id = s.topic_id);
+    SELECT coalesce(l.resume_after, 0) INTO v_after FROM fanout.lock_row l WHERE l.name = 'maint:manage_partitions';
+    v_after := coalesce(v_after, 0);
     FOR r IN
         SELECT t.topic_id, t.seq_name, t.data_table, t.partition_interval, c.part_no, c.relname,
                coalesce(c.opened_at, c.created_at) AS opened_at,
@@ -101,12 +123,20 @@ BEGIN
                       WHERE p.topic_id = t.topic_id AND p.closed_at IS NULL
                       ORDER BY p.part_no LIMIT 1) c ON true
         LEFT JOIN fanout.partition n ON n.topic_id = t.topic_id AND n.part_no = c.part_no + 1
+        WHERE t.topic_id > v_after
         ORDER BY t.topic_id
+        LIMIT c_slice + 1
     LOOP
-        -- 50 steps, and no new step once the call has run 500 ms (creating
-        -- a partition is DDL: thousands of topics due at once are worked
-        -- through in calls that stay short).
-        EXIT WHEN v_done >= 50 OR (v_done > 0 AND clock_timestamp() - v_start > interval '500 ms');
+        -- A slice of 100 topics, 50 steps, and no topic begun once the call
+        -- has run 250 ms (creating a partition is DDL: thousands of topics
+        -- due at once are worked through in calls that stay short); the
+        -- rest from this topic on, on the next call.
+        IF v_seen >= c_slice OR v_done >= c_steps OR (v_seen > 0 AND clock_timestamp() - v_start > c_budget) THEN
+            v_more := true;
+            EXIT;
+        END IF;
+        v_seen := v_seen + 1;
+        v_cursor := r.topic_id;
         BEGIN  -- one topic's failure is logged and skipped (fanout._maint_failed)
         IF r.next_no IS NULL THEN
             CONTINUE WHEN NOT fanout._maint_lock_topic(c_func, r.topic_id);
@@ -130,7 +160,14 @@ BEGIN
                 v_stale := r.next_stale;
                 v_since := r.next_stale_at;
                 IF v_stale IS NULL THEN
-                    v_stale := fanout._running_vxids();
+                    -- The list read for an earlier topic of this call when
+                    -- the creation (committed) had ended before it was read:
+                    -- visible in the snapshot taken right before (else afresh).
+                    IF v_vx IS NULL OR NOT pg_visible_in_snapshot(r.next_xid, v_vx_snap) THEN
+                        v_vx_snap := pg_current_snapshot();
+                        v_vx := fanout._running_vxids();
+                    END IF;
+                    v_stale := v_vx;
                     v_since := p_now;
                     UPDATE fanout.partition p SET stale_vxids = v_stale, stale_at = v_since
                     WHERE p.topic_id = r.topic_id AND p.part_no = r.next_no;
@@ -164,7 +201,13 @@ BEGIN
             v_stale := r.next_refresh_vxids;
             v_since := r.next_refresh_at;
             IF v_stale IS NULL THEN
-                v_stale := fanout._running_vxids();
+                -- As for step 2: the list of this call when the refresh had
+                -- ended before it was read.
+                IF v_vx IS NULL OR NOT pg_visible_in_snapshot(r.next_refresh_xid, v_vx_snap) THEN
+                    v_vx_snap := pg_current_snapshot();
+                    v_vx := fanout._running_vxids();
+                END IF;
+                v_stale := v_vx;
                 v_since := p_now;
                 UPDATE fanout.partition p SET refresh_vxids = v_stale, refresh_at = v_since
                 WHERE p.topic_id = r.topic_id AND p.part_no = r.next_no;
@@ -202,6 +245,8 @@ BEGIN
                 PERFORM fanout._maint_failed(c_func, r.topic_id, NULL, SQLSTATE, SQLERRM);
         END;
     END LOOP;
-    RETURN v_done;
+    UPDATE fanout.lock_row l SET resume_after = CASE WHEN v_more THEN v_cursor ELSE 0 END
+    WHERE l.name = 'maint:manage_partitions';
+    RETURN v_done + CASE WHEN v_more THEN 1 ELSE 0 END;
 END
 $fn$;

@@ -6,10 +6,9 @@
 -- (fanout_producer, fanout_consumer, fanout_admin; 'any': one of them) and a
 -- grant in fanout.topic_grant matching the topic for that privilege or
 -- 'admin', held by a role it has the privileges of (pg_has_role USAGE).
--- When allowed, notes the caller in the transaction-local setting
--- fanout.xact_caller ('0' once two callers were allowed in the transaction,
--- after a SET ROLE): fanout._lock_lease skips its check for a slot row this
--- transaction wrote only for the one caller allowed in it.
+-- No side effect (STABLE: views filter by it, and a STABLE function may be
+-- called any number of times, or not at all, per row): the entry points'
+-- note of the allowed caller is fanout._authorize's.
 -- Tables: fanout.topic_grant, pg_namespace.
 CREATE OR REPLACE FUNCTION fanout._may(p_topic text, p_privilege text)
 RETURNS boolean
@@ -48,11 +47,6 @@ BEGIN
     INTO v_ok
     FROM pg_namespace n
     WHERE n.nspname = 'fanout';
-    IF v_ok AND current_setting('fanout.xact_caller', true) IS DISTINCT FROM v_caller::text THEN
-        PERFORM set_config('fanout.xact_caller',
-                           CASE WHEN coalesce(current_setting('fanout.xact_caller', true), '') = ''
-                                THEN v_caller::text ELSE '0' END, true);
-    END IF;
     RETURN coalesce(v_ok, false);
 END
 $fn$;

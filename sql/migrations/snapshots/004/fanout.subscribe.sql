@@ -18,7 +18,9 @@
 -- PGQ19 (not a pubsub topic), PGQ22 (the topic has max_groups groups; a
 -- topic's new groups are subscribed one at a time, so concurrent ones count
 -- each other), PGQ25 (a groups quota of a grant matching the topic:
--- fanout.set_quota).
+-- fanout.set_quota), 40001 (a new group in a REPEATABLE READ or
+-- SERIALIZABLE transaction whose snapshot predates another new group's
+-- commit: its max_groups count would miss that group; retry).
 -- Tables: fanout.topic, fanout.lock_row (the topic's, for a new group), fanout.topic_grant
 -- (quota rows locked), fanout.consumer_group, fanout.kpart (partitioned topics:
 -- the group's partition cursors), fanout.event_log, fanout_data.*.
@@ -58,7 +60,9 @@ BEGIN
         -- of pgq's own, not an advisory lock any role could take), taken
         -- before the limits are counted: the max_groups count below then
         -- sees the groups of subscribes that committed while this one
-        -- waited (two at once both passed it).
+        -- waited (two at once both passed it). The row is updated, so a
+        -- REPEATABLE READ snapshot that cannot see such a group fails
+        -- (40001) rather than count without it (fanout._lock_row_wait).
         PERFORM fanout._lock_row_wait('subscribe:' || v_t.topic_id);
     END IF;
     PERFORM fanout._check_subscribe_limits(v_t, $2, $6, $7, $8);

@@ -13,6 +13,7 @@ DROP VIEW IF EXISTS fanout.topic_grants;
 DROP VIEW IF EXISTS fanout.topics;
 -- Code files new or changed since the release, in install order; grants and triggers always.
 {{ template "fanout._ack.sql" . }}
+{{ template "fanout._authorize.sql" . }}
 {{ template "fanout._capture_check_owner.sql" . }}
 {{ template "fanout._capture_generate.sql" . }}
 {{ template "fanout._capture_install.sql" . }}
@@ -69,6 +70,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.capture_table.sql" . }}
 {{ template "fanout.groups.sql" . }}
 {{ template "fanout.heartbeat.sql" . }}
+{{ template "fanout.partition_of.sql" . }}
 {{ template "fanout.publish.sql" . }}
 {{ template "fanout.read.sql" . }}
 {{ template "fanout.subscribe.sql" . }}

@@ -1,0 +1,134 @@
+package tests
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Partition management works through the topics in slices: a call visits
+// at most 100 topics, says so by returning > 0 (call again), and the next
+// call resumes after the last topic it visited (fanout.lock_row's
+// resume_after). The work that counts as no step (recording the
+// transactions a rotation waits for) is bounded too, and the running
+// transactions are read once per call, not once per topic. Before, one call
+// visited every topic, reading pg_locks and pg_stat_activity for each and
+// returning 0 (thousands of topics: one call of seconds).
+func TestMaintenancePartitionsSliceTopics(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 105
+	require.EqualValues(t, n, b.count(t, `SELECT count(fanout.create_topic('ps.t' || lpad(i::text, 3, '0')))
+		FROM generate_series(1, $1::int) i`, n))
+	manage := func() int64 { return b.count(t, `SELECT fanout._manage_partitions()`) }
+	resume := func() int64 {
+		return b.count(t, `SELECT resume_after FROM fanout.lock_row WHERE name = 'maint:manage_partitions'`)
+	}
+	drain := func() int {
+		calls := 0
+		for manage() > 0 {
+			calls++
+			require.Less(t, calls, 100*n, "every call makes progress")
+		}
+		return calls
+	}
+	// Every topic's next partition created and refreshed, and the
+	// transactions its jump waits for recorded.
+	drain()
+	require.EqualValues(t, n, b.count(t, `SELECT count(*) FROM fanout.partition
+		WHERE part_no = 1 AND refresh_xid IS NOT NULL AND refresh_vxids IS NOT NULL`))
+	require.Zero(t, resume(), "a pass over: the next starts from the first topic")
+
+	// Only the recording left to do, for every topic: no step, and still a
+	// slice per call.
+	_, err := b.Pool.Exec(b.ctx, `UPDATE fanout.partition SET refresh_vxids = NULL, refresh_at = NULL WHERE part_no = 1`)
+	require.NoError(t, err)
+	conn := b.Conn(t)
+	_, err = conn.Exec(b.ctx, `BEGIN; SET LOCAL track_functions = 'all'`)
+	require.NoError(t, err)
+	var got, lists int64
+	require.NoError(t, conn.QueryRow(b.ctx, `SELECT fanout._manage_partitions()`).Scan(&got))
+	require.NoError(t, conn.QueryRow(b.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions
+		WHERE schemaname = 'fanout' AND funcname = '_running_vxids'`).Scan(&lists))
+	_, err = conn.Exec(b.ctx, `COMMIT`)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, got, "more to come, no step done")
+	require.EqualValues(t, 1, lists, "the running transactions read once for the call, not once per topic")
+	recorded := b.count(t, `SELECT count(*) FROM fanout.partition WHERE part_no = 1 AND refresh_vxids IS NOT NULL`)
+	require.Positive(t, recorded)
+	require.LessOrEqual(t, recorded, int64(100), "at most 100 topics a call")
+	require.Positive(t, resume())
+	require.EqualValues(t, n-recorded, b.count(t, `SELECT count(*) FROM fanout.partition p
+		WHERE p.part_no = 1 AND p.refresh_vxids IS NULL AND p.topic_id > $1`, resume()), "the rest for the next calls")
+	drain()
+	require.EqualValues(t, n, b.count(t, `SELECT count(*) FROM fanout.partition WHERE part_no = 1 AND refresh_vxids IS NOT NULL`))
+	require.Zero(t, resume())
+}
+
+// Dead-group detection works through the active groups in slices of 1,000
+// (resuming after the last group on the next call) and begins no group
+// after 250 ms: before, every call computed the misses of every active
+// group (15,000 groups: seconds a call) and never said how far it got.
+func TestMaintenanceDeadGroupsSliceGroups(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const per = 510 // two topics: 1,020 groups
+	for _, topic := range []string{"dg.a", "dg.b"} {
+		b.createTopic(t, b.Pool, topic, "semantics => 'pubsub'")
+		require.EqualValues(t, per, b.count(t, `SELECT count(*) FROM generate_series(1, $2::int) i,
+			LATERAL fanout.subscribe($1, 'g' || i) s`, topic, per))
+	}
+	// Six minutes on, every group (heartbeat_timeout 5 minutes) missed one.
+	detect := func() int64 { return b.count(t, `SELECT fanout._detect_dead_groups(p_now => now() + interval '6 minutes')`) }
+	resume := func() int64 {
+		return b.count(t, `SELECT resume_after FROM fanout.lock_row WHERE name = 'maint:detect_dead_groups'`)
+	}
+	missed := func() int64 { return b.count(t, `SELECT count(*) FROM fanout.consumer_group WHERE missed_heartbeats = 1`) }
+	require.Positive(t, detect())
+	first := missed()
+	require.Positive(t, first)
+	require.LessOrEqual(t, first, int64(1000), "at most 1,000 groups a call")
+	require.Positive(t, resume(), "the next call resumes after this one's last group")
+	require.EqualValues(t, 2*per-first, b.count(t, `SELECT count(*) FROM fanout.consumer_group
+		WHERE missed_heartbeats = 0 AND group_id > $1`, resume()), "the rest for the next calls")
+	calls := 1
+	for detect() > 0 {
+		calls++
+		require.Less(t, calls, 2*per, "every call makes progress")
+	}
+	require.EqualValues(t, 2*per, missed())
+	require.Zero(t, resume())
+}
+
+// A STABLE (or IMMUTABLE) function may be called any number of times per
+// row, or not at all, and its result reused: it must have no side effect,
+// nor call a fanout function that has one. fanout._may, which views filter
+// by, noted the allowed caller with set_config; that note is
+// fanout._authorize's now (VOLATILE, and so are the functions calling it).
+func TestStableFunctionsHaveNoSideEffects(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rows, err := b.Pool.Query(b.ctx, `
+		WITH f AS (
+			SELECT p.oid::regprocedure::text AS sig, p.proname, p.provolatile, p.prosrc
+			FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+			WHERE n.nspname = 'fanout'),
+		effect AS (  -- side effects of their own
+			SELECT f.* FROM f
+			WHERE f.prosrc ~* '\m(set_config|nextval|setval|pg_advisory_\w+|pg_notify)\s*\(')
+		SELECT f.sig FROM f
+		WHERE f.provolatile IN ('s', 'i')
+		  AND (f.sig IN (SELECT e.sig FROM effect e)
+		       OR EXISTS (SELECT 1 FROM effect e  -- a call outside quoted text (hints name functions)
+		                  WHERE strpos(regexp_replace(f.prosrc, '''[^'']*''', '', 'g'), 'fanout.' || e.proname || '(') > 0))
+		ORDER BY 1`)
+	require.NoError(t, err)
+	var bad []string
+	for rows.Next() {
+		var f string
+		require.NoError(t, rows.Scan(&f))
+		bad = append(bad, f)
+	}
+	require.NoError(t, rows.Err())
+	require.Empty(t, bad, "STABLE or IMMUTABLE functions with a side effect, or calling one")
+}
