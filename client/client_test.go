@@ -202,6 +202,9 @@ func TestListenWakeUp(t *testing.T) {
 
 	pub := client.NewPublisher(b.Pool)
 	for i := 0; i < 3; i++ {
+		// The topic notifies only while a consumer waits (notify_when =>
+		// 'waiters', docs/wakeups.md): publish once this one announced.
+		waitAnnounced(t, ctx, b.Pool)
 		start := time.Now()
 		_, err := pub.Publish(ctx, "events", client.Message{Payload: json.RawMessage(`{"wake":true}`)})
 		require.NoError(t, err)

@@ -397,7 +397,16 @@ const (
 	sqlExtend  = `SELECT fanout.extend_lease(lease_id => $1::bigint, extend_by => $2::interval)`
 	sqlHeart   = `SELECT fanout.heartbeat(topic => $1::text, group_name => $2::text, consumer => $3::text)::text`
 	sqlChannel = `SELECT channel, notify FROM fanout.topics WHERE topic = $1`
+	// The announced wait of docs/wakeups.md: true, announced (read once
+	// more, then sleep); false, a publisher was in flight (read again soon);
+	// NULL, the topic notifies on every publish (or never).
+	sqlWaitBegin = `SELECT fanout.wait_begin(topic => $1::text, waiter => $2::text, wait_for => $3::interval)`
+	sqlWaitEnd   = `SELECT fanout.wait_end(topic => $1::text, waiter => $2::text)`
 )
+
+// maxAnnounce is the longest wait fanout.wait_begin accepts; a consumer
+// with a longer PollInterval announces again after it.
+const maxAnnounce = time.Hour
 
 // Run consumes until ctx is cancelled (then it finishes the in-flight page
 // and returns nil) or a non-retryable error happens: unknown topic or group,
@@ -421,6 +430,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}()
 	wake := make(chan struct{}, 1)
 	fatal := make(chan error, 1)
+	listening := false // LISTEN runs: announced waits are worth it
 
 	if !c.cfg.DisableListen {
 		channel, notify := c.cfg.Channel, true
@@ -440,6 +450,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 		}
 		if notify {
+			listening = true
 			ready := make(chan struct{})
 			wg.Add(1)
 			go func() {
@@ -469,6 +480,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer timer.Stop()
 	var pending *pendingAck // a handled full page, acked with the next read
 	defer func() { c.flush(ctx, pending) }()
+	w := c.newWaiter(listening)
+	defer func() { // Run's ctx is done by now: end the wait on a context of its own
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		w.end(ectx)
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -505,6 +522,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 			continue
 		}
 		backoff = c.cfg.ErrorBackoff
+		if n > 0 {
+			w.end(ctx) // announced before this page: publishers need not wake us now
+		}
 		if n == c.cfg.MaxMessages {
 			continue // a full page: more is probably waiting
 		}
@@ -518,7 +538,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		timer.Reset(c.cfg.PollInterval)
+		var sleep time.Duration
+		switch w.announce(ctx) {
+		case announceRead:
+			continue // announced: read once more before sleeping
+		case announceRetry:
+			sleep = w.pause // a publisher was in flight: read again soon
+		default:
+			sleep = w.sleep()
+		}
+		timer.Reset(sleep)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
@@ -550,6 +579,117 @@ func (c *Consumer) linger(ctx context.Context, timer *time.Timer) bool {
 		return false
 	case <-timer.C:
 		return true
+	}
+}
+
+// waiter is the consumer's side of announced waits (docs/wakeups.md): on a
+// topic with notify_when => 'waiters', publishers NOTIFY only while some
+// consumer announced its wait with fanout.wait_begin, so before it sleeps
+// the consumer announces (unless its announcement still holds), reads once
+// more, and sleeps only if that read was empty too. A read that finds
+// messages ends the wait (fanout.wait_end): no NOTIFYs while it works.
+type waiter struct {
+	c         *Consumer
+	on        bool          // LISTEN runs and the server has fanout.wait_begin
+	token     string        // this consumer's waiter name (unique per Run)
+	announced bool          // our announcement is in place (wait_begin true, no wait_end since)
+	until     time.Time     // ... until then (client clock, counted from before wait_begin was sent)
+	retry     time.Duration // the next pause after a publisher in flight
+	pause     time.Duration // the pause announceRetry asks for
+}
+
+type announceStep int
+
+const (
+	announceSleep announceStep = iota // sleep (announced, or nothing to announce)
+	announceRead                      // announced: read once more first
+	announceRetry                     // a publisher was in flight: sleep w.pause, read, announce again
+)
+
+const (
+	// firstRetry is the first pause after wait_begin found a publisher in
+	// flight; it doubles up to PollInterval while that goes on.
+	firstRetry = 2 * time.Millisecond
+	// minAnnounce is the shortest announcement: a consumer announces again
+	// only when its announcement ran out, so with the default PollInterval
+	// an idle consumer announces once per 10 s, and one that dies costs
+	// publishers NOTIFYs for at most 11 s.
+	minAnnounce = 10 * time.Second
+)
+
+func (c *Consumer) newWaiter(listening bool) *waiter {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := c.cfg.Consumer
+	if len(name) > 180 {
+		name = name[:180]
+	}
+	return &waiter{c: c, on: listening, token: name + "/" + hex.EncodeToString(b[:]), retry: firstRetry}
+}
+
+// sleep is how long the consumer may sleep now: PollInterval, and while
+// announced no longer than the announcement holds.
+func (w *waiter) sleep() time.Duration {
+	d := w.c.cfg.PollInterval
+	if w.announced {
+		d = max(0, min(d, time.Until(w.until)))
+	}
+	return d
+}
+
+// announce decides what the consumer does before it sleeps.
+func (w *waiter) announce(ctx context.Context) announceStep {
+	c := w.c
+	if !w.on || c.listenChecked.Load() < 0 {
+		return announceSleep // nothing to announce: polling, or LISTEN does not work
+	}
+	if w.announced && time.Until(w.until) > 0 {
+		return announceSleep // the announcement holds, and a read followed it
+	}
+	var ready *bool
+	at := time.Now()
+	waitFor := min(max(c.cfg.PollInterval, minAnnounce), maxAnnounce)
+	err := c.pool.QueryRow(ctx, sqlWaitBegin, c.cfg.Topic, w.token, c.interval(waitFor)).Scan(&ready)
+	switch {
+	case err == nil && ready == nil:
+		return announceSleep // the topic notifies on every publish (or never)
+	case err == nil && *ready:
+		w.announced, w.until, w.retry = true, at.Add(waitFor), firstRetry
+		return announceRead
+	case err == nil:
+		w.pause = min(w.retry, c.cfg.PollInterval)
+		w.retry = min(w.retry*2, c.cfg.PollInterval)
+		return announceRetry
+	case ctx.Err() != nil:
+		w.announced = true // it may have committed: Run's last end removes it
+		return announceSleep
+	case SQLState(err) == CodeUndefinedFunction:
+		w.on = false
+		c.cfg.Logger.Info("pgq client: the server has no fanout.wait_begin; waiting as before (notified on every publish)",
+			"topic", c.cfg.Topic)
+		return announceSleep
+	default:
+		c.errs.Add(1)
+		c.cfg.Logger.Warn("pgq client: cannot announce the wait; polling every PollInterval",
+			"topic", c.cfg.Topic, "error", err)
+		return announceSleep
+	}
+}
+
+// end ends our announced wait: a read found messages, so publishers need not
+// wake this consumer while it works (or Run returns). A failure only costs
+// publishers NOTIFYs until the announcement expires.
+func (w *waiter) end(ctx context.Context) {
+	if !w.announced {
+		return
+	}
+	w.announced = false
+	if ctx.Err() != nil {
+		return
+	}
+	if _, err := w.c.pool.Exec(ctx, sqlWaitEnd, w.c.cfg.Topic, w.token); err != nil && ctx.Err() == nil {
+		w.c.cfg.Logger.Warn("pgq client: cannot end the announced wait (it expires by itself)",
+			"topic", w.c.cfg.Topic, "error", err)
 	}
 }
 

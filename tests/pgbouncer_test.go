@@ -79,7 +79,9 @@ func TestPgBouncerTransactionPooling(t *testing.T) {
 	pool := bouncerPool(t, b.ctx, url)
 
 	// The scheduler through PgBouncer: leader election and maintenance.
-	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.create_topic('bounced', semantics => 'pubsub');
+	// notify_when => 'always': the publish below must notify whether or not
+	// the direct consumer has announced its wait yet (docs/wakeups.md).
+	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.create_topic('bounced', semantics => 'pubsub', notify_when => 'always');
 	                              SELECT fanout.subscribe('bounced', 'gone', heartbeat_timeout => '1 second', dead_after_misses => 1);
 	                              SELECT fanout.subscribe('bounced', 'workers', start_position => 'earliest')`)
 	require.NoError(t, err)

@@ -48,9 +48,11 @@ func (b *bundle) qNotificationsUntil(t *testing.T, conn *pgx.Conn, stop string) 
 func TestQueueNotify(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.createTopic(t, b.Pool, "loud")
-	b.createTopic(t, b.Pool, "quiet", "notify => false")
-	b.createTopic(t, b.Pool, "control")
+	// notify_when => 'always': every publish, whether a consumer waits or
+	// not (TestQueueNotifyWaiters has the default, 'waiters').
+	b.createTopic(t, b.Pool, "loud", "notify_when => 'always'")
+	b.createTopic(t, b.Pool, "quiet", "notify => false", "notify_when => 'always'")
+	b.createTopic(t, b.Pool, "control", "notify_when => 'always'")
 	listener := b.Conn(t)
 	chs := b.qListen(t, listener, "loud", "quiet", "control")
 	loud, quiet, control := chs[0], chs[1], chs[2]
@@ -94,3 +96,39 @@ func TestQueueNotify(t *testing.T) {
 	b.publish(t, b.Pool, "control", `{}`)
 	require.Equal(t, []string{quiet, control}, b.qNotificationsUntil(t, listener, control))
 }
+
+// A new topic's default, notify_when => 'waiters': publishing NOTIFYs only
+// while a consumer announced its wait (fanout.wait_begin), until it ends it
+// (fanout.wait_end); seen on a real LISTEN connection (docs/wakeups.md).
+func TestQueueNotifyWaiters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "lazy")
+	b.createTopic(t, b.Pool, "control", "notify_when => 'always'")
+	listener := b.Conn(t)
+	chs := b.qListen(t, listener, "lazy", "control")
+	lazy, control := chs[0], chs[1]
+
+	// Nobody waits: no NOTIFY, from publish or publish_batch.
+	b.publish(t, b.Pool, "lazy", `{}`)
+	b.qPublishN(t, b.Pool, "lazy", 0, 10)
+	b.publish(t, b.Pool, "control", `{}`)
+	require.Equal(t, []string{control}, b.qNotificationsUntil(t, listener, control))
+
+	// A consumer announced its wait: every publishing statement notifies.
+	var ready bool
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT fanout.wait_begin('lazy', 'w1', '1 minute')`).Scan(&ready))
+	require.True(t, ready)
+	b.publish(t, b.Pool, "lazy", `{}`)
+	b.qPublishN(t, b.Pool, "lazy", 0, 10)
+	b.publish(t, b.Pool, "control", `{}`)
+	require.Equal(t, []string{lazy, lazy, control}, b.qNotificationsUntil(t, listener, control))
+
+	// It ended its wait: none again.
+	_, err := b.Pool.Exec(b.ctx, `SELECT fanout.wait_end('lazy', 'w1')`)
+	require.NoError(t, err)
+	b.publish(t, b.Pool, "lazy", `{}`)
+	b.publish(t, b.Pool, "control", `{}`)
+	require.Equal(t, []string{control}, b.qNotificationsUntil(t, listener, control))
+}
+

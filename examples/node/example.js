@@ -92,7 +92,9 @@ async function connect(url) {
 async function setup(url, topic, group) {
   const c = await connect(url);
   try {
-    await c.query(`SELECT fanout.create_topic($1, semantics => 'pubsub')`, [topic]);
+    // notify_when => 'always': this consumer LISTENs without announcing its
+    // waits (fanout.wait_begin), so every publish must NOTIFY (docs/wakeups.md).
+    await c.query(`SELECT fanout.create_topic($1, semantics => 'pubsub', notify_when => 'always')`, [topic]);
     await c.query(`SELECT fanout.subscribe($1, $2, start_position => 'earliest')`, [topic, group]);
     await c.query('CREATE TABLE IF NOT EXISTS processed (topic text, message_id bigint, payload jsonb, PRIMARY KEY (topic, message_id))');
     const r = await c.query('SELECT channel, notify FROM fanout.topics WHERE topic = $1', [topic]);

@@ -60,7 +60,9 @@ def connect(url, **kw):
 
 
 def setup(conn, topic, group):
-    conn.execute("SELECT fanout.create_topic(%s, semantics => 'pubsub')", (topic,))
+    # notify_when => 'always': this consumer LISTENs without announcing its
+    # waits (fanout.wait_begin), so every publish must NOTIFY (docs/wakeups.md).
+    conn.execute("SELECT fanout.create_topic(%s, semantics => 'pubsub', notify_when => 'always')", (topic,))
     conn.execute("SELECT fanout.subscribe(%s, %s, start_position => 'earliest')", (topic, group))
     conn.execute("CREATE TABLE IF NOT EXISTS processed"
                  " (topic text, message_id bigint, payload jsonb, PRIMARY KEY (topic, message_id))")

@@ -4,7 +4,10 @@
 -- sequence, its table of dedupe keys (fanout_data.m<id>_dedupe), its
 -- generated insert and page functions (fanout_data.m<id>_*),
 -- the NOTIFY trigger (when notify) and, for queue topics, the one
--- implicit consumer group.
+-- implicit consumer group. notify_when: 'waiters' (the default) NOTIFYs
+-- only while a consumer announced its wait (fanout.wait_begin), 'always'
+-- on every publishing statement, for consumers that LISTEN without
+-- announcing (docs/wakeups.md).
 -- Idempotent: called again with the same settings it returns the same id;
 -- with different settings it raises PGQ02 naming them.
 -- Returns the topic id.
@@ -38,7 +41,8 @@ CREATE OR REPLACE FUNCTION fanout.create_topic(
     sequence_ordering                   boolean DEFAULT false,
     gap_alert_after                     interval DEFAULT '5 minutes',
     partitions                          int DEFAULT NULL,
-    whole_transactions                  boolean DEFAULT false)
+    whole_transactions                  boolean DEFAULT false,
+    notify_when                         text DEFAULT 'waiters')
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -70,6 +74,7 @@ BEGIN
     v_new.gap_alert_after := $15;
     v_new.partitions := $16;
     v_new.whole_transactions := $17;
+    v_new.notify_when := lower($18);
     PERFORM fanout._check_topic_settings(v_new);
     IF v_new.semantics = 'queue' AND v_new.completion <> 'offset' THEN
         RAISE EXCEPTION 'completion % applies to pubsub topics only; a queue topic message needs one ack',
@@ -101,7 +106,8 @@ BEGIN
                 ('sequence_ordering', v_old.sequence_ordering IS DISTINCT FROM v_new.sequence_ordering),
                 ('gap_alert_after', v_old.gap_alert_after IS DISTINCT FROM v_new.gap_alert_after),
                 ('partitions', v_old.partitions IS DISTINCT FROM v_new.partitions),
-                ('whole_transactions', v_old.whole_transactions IS DISTINCT FROM v_new.whole_transactions)
+                ('whole_transactions', v_old.whole_transactions IS DISTINCT FROM v_new.whole_transactions),
+                ('notify_when', v_old.notify_when IS DISTINCT FROM v_new.notify_when)
             ) AS d(k, differs)
             WHERE differs;
             IF v_diff IS NOT NULL THEN
@@ -116,12 +122,12 @@ BEGIN
         INSERT INTO fanout.topic AS t (topic, semantics, completion, retention, zero_subscription_retention,
             block_writes_without_subscriptions, max_retention, max_attempts, max_payload_bytes, zombie_ttl,
             notify, partition_interval, data_table, seq_name, dedupe_window, sequence_ordering, gap_alert_after,
-            partitions, whole_transactions)
+            partitions, whole_transactions, notify_when)
         VALUES (p_topic, v_new.semantics, v_new.completion, v_new.retention, v_new.zero_subscription_retention,
             v_new.block_writes_without_subscriptions, v_new.max_retention, v_new.max_attempts,
             v_new.max_payload_bytes, v_new.zombie_ttl, v_new.notify, v_new.partition_interval, '', '',
             v_new.dedupe_window, v_new.sequence_ordering, v_new.gap_alert_after, v_new.partitions,
-            v_new.whole_transactions)
+            v_new.whole_transactions, v_new.notify_when)
         ON CONFLICT (topic) DO NOTHING
         RETURNING * INTO v_ins;
         EXIT WHEN v_ins.topic_id IS NOT NULL;

@@ -1,6 +1,7 @@
 -- View fanout.topics: one row per topic with its settings, its LISTEN
 -- channel, message count, oldest message age, partitions and bytes
--- (max_groups and sequence_dropped_at last: fanout.alter_topic).
+-- (max_groups and sequence_dropped_at last: fanout.alter_topic; then
+-- notify_when: docs/wakeups.md).
 -- Shows only the topics the caller holds some grant on (fanout._may 'any').
 -- Tables: fanout.topic, fanout.consumer_group, fanout.partition, fanout_data.*.
 CREATE OR REPLACE VIEW fanout.topics WITH (security_barrier) AS
@@ -11,7 +12,8 @@ SELECT t.topic, t.semantics, t.completion, t.retention, t.zero_subscription_rete
         WHERE g.topic_id = t.topic_id AND g.group_name IS NOT NULL AND g.status = 'active') AS active_groups,
        s.messages, s.oldest_message_age, s.partitions, s.bytes, t.dropped_unread, t.created_at, t.topic_id,
        t.dedupe_window, fanout._scheduled_count(t.topic_id) AS scheduled,
-       t.prioritized, t.sequence_ordering, t.gap_alert_after, t.max_groups, t.sequence_dropped_at
+       t.prioritized, t.sequence_ordering, t.gap_alert_after, t.max_groups, t.sequence_dropped_at,
+       t.notify_when
 FROM fanout.topic t
 CROSS JOIN LATERAL fanout._topic_view(t.topic_id) s
 WHERE fanout._may(t.topic, 'any');

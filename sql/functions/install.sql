@@ -175,5 +175,7 @@
 {{ template "fanout.topics.sql" . }}
 {{ template "fanout.uncapture_table.sql" . }}
 {{ template "fanout.version.sql" . }}
+{{ template "fanout.wait_begin.sql" . }}
+{{ template "fanout.wait_end.sql" . }}
 -- Privileges, after every definition.
 {{ template "_grants.sql" . }}

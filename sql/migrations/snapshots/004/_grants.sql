@@ -26,14 +26,16 @@ GRANT EXECUTE ON FUNCTION
     fanout.extend_lease(bigint, interval),
     fanout.heartbeat(text, text, text),
     fanout.subscribe(text, text, text, timestamptz, bigint, bigint, interval, int, int, text),
-    fanout.channel_name(bigint)
+    fanout.channel_name(bigint),
+    fanout.wait_begin(text, text, interval),
+    fanout.wait_end(text, text)
 TO fanout_consumer;
 
 GRANT EXECUTE ON FUNCTION
     fanout.create_topic(text, text, text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval,
-                        boolean, interval, int, boolean),
+                        boolean, interval, int, boolean, text),
     fanout.alter_topic(text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval, interval,
-                       int, boolean, int, boolean),
+                       int, boolean, int, boolean, text),
     fanout.drop_topic(text, boolean),
     fanout.replay_dead_letters(text, text, bigint[]),
     fanout.purge_dead_letters(text, text, interval),

@@ -104,3 +104,22 @@ CREATE TABLE IF NOT EXISTS fanout.quota_block (
     since        timestamptz NOT NULL
 );
 REVOKE ALL ON fanout.topic_usage, fanout.quota_block FROM PUBLIC;
+
+-- Wake-ups only for waiting consumers (docs/wakeups.md). notify_when says
+-- when a topic with notify sends its NOTIFY: 'always' (every publishing
+-- statement, as before: the value of every topic that existed before this
+-- column, so their LISTEN-only consumers keep being woken) or 'waiters'
+-- (only while some consumer announced its wait: fanout.wait_begin).
+ALTER TABLE fanout.topic ADD COLUMN IF NOT EXISTS notify_when text NOT NULL DEFAULT 'always';
+-- The announced waits: one row per waiting consumer (waiter, a token of the
+-- client's) and topic, valid until `until` (a consumer that dies without
+-- fanout.wait_end costs publishers NOTIFYs until then, no longer).
+-- Unlogged: a crash empties it, and consumers asleep then wake on their
+-- poll interval. No foreign key: its check would lock the topic row.
+CREATE UNLOGGED TABLE IF NOT EXISTS fanout.waiter (
+    topic_id  bigint NOT NULL,
+    waiter    text NOT NULL,
+    until     timestamptz NOT NULL,
+    PRIMARY KEY (topic_id, waiter)
+);
+REVOKE ALL ON fanout.waiter FROM PUBLIC;

@@ -7,6 +7,7 @@
 -- whole_transactions only with partitions; sequence_ordering not with
 -- partitions (not combined: a partitioned topic is read by key partition).
 -- max_groups: NULL (create_topic: the column's default) or 1..1000000.
+-- notify_when: 'always' or 'waiters' (docs/wakeups.md).
 -- Raises PGQ03 naming the first bad setting. Touches no table.
 CREATE OR REPLACE FUNCTION fanout._check_topic_settings(p_t fanout.topic)
 RETURNS void
@@ -50,6 +51,10 @@ BEGIN
     END IF;
     IF p_t.notify IS NULL THEN
         RAISE EXCEPTION 'notify must not be NULL' USING ERRCODE = 'PGQ03';
+    END IF;
+    IF p_t.notify_when IS NULL OR p_t.notify_when NOT IN ('always', 'waiters') THEN
+        RAISE EXCEPTION 'notify_when must be ''always'' or ''waiters'', got %', coalesce(quote_literal(p_t.notify_when), 'NULL')
+            USING ERRCODE = 'PGQ03';
     END IF;
     IF p_t.partition_interval IS NULL OR p_t.partition_interval < interval '1 minute'
        OR p_t.partition_interval > interval '365 days' THEN

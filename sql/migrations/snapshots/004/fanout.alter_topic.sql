@@ -22,6 +22,7 @@
 -- partition; messages already published stay where they are, so per-key
 -- order holds across the change only for keys whose earlier messages were
 -- consumed (README, "Ordering"). An event_log row records the change.
+-- notify_when: 'always' or 'waiters' (fanout.create_topic; docs/wakeups.md).
 -- Returns the topic id.
 -- Raises: PGQ01, PGQ03 (a bad value), PGQ21 (max_groups above 1000 without
 -- an operator's grant). Tables: fanout.topic, fanout.event_log, fanout.kpart (cursors of
@@ -44,7 +45,8 @@ CREATE OR REPLACE FUNCTION fanout.alter_topic(
     partitions                          int DEFAULT NULL,
     whole_transactions                  boolean DEFAULT NULL,
     max_groups                          int DEFAULT NULL,
-    sequence_ordering                   boolean DEFAULT NULL)
+    sequence_ordering                   boolean DEFAULT NULL,
+    notify_when                         text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -90,6 +92,7 @@ BEGIN
     v_new.whole_transactions := coalesce($14, v_old.whole_transactions);
     v_new.max_groups := coalesce($15, v_old.max_groups);
     v_new.sequence_ordering := coalesce($16, v_old.sequence_ordering);
+    v_new.notify_when := coalesce(lower($17), v_old.notify_when);
     IF $16 AND NOT v_old.sequence_ordering THEN
         RAISE EXCEPTION 'sequence_ordering can be turned off, not on: topic % has none', quote_literal($1)
             USING ERRCODE = 'PGQ03', HINT = 'create a new topic with sequence_ordering => true';
@@ -115,6 +118,7 @@ BEGIN
         dedupe_window = v_new.dedupe_window, gap_alert_after = v_new.gap_alert_after,
         partitions = v_new.partitions, whole_transactions = v_new.whole_transactions,
         max_groups = v_new.max_groups, sequence_ordering = v_new.sequence_ordering,
+        notify_when = v_new.notify_when,
         sequence_dropped_at = CASE WHEN v_old.sequence_ordering AND NOT v_new.sequence_ordering
                                    THEN clock_timestamp() ELSE t.sequence_dropped_at END
     WHERE t.topic_id = v_old.topic_id;

@@ -8,6 +8,7 @@ DROP FUNCTION IF EXISTS fanout._lease_open(bigint,text,timestamp with time zone,
 DROP FUNCTION IF EXISTS fanout._lock_lease(bigint);
 DROP FUNCTION IF EXISTS fanout._topic_lock_key(text);
 DROP FUNCTION IF EXISTS fanout.alter_topic(text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,interval,integer,boolean);
+DROP FUNCTION IF EXISTS fanout.create_topic(text,text,text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,boolean,interval,integer,boolean);
 DROP VIEW IF EXISTS fanout.groups;
 DROP VIEW IF EXISTS fanout.topic_grants;
 DROP VIEW IF EXISTS fanout.topics;
@@ -77,7 +78,10 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.topic_grants.sql" . }}
 {{ template "fanout.topics.sql" . }}
 {{ template "fanout.uncapture_table.sql" . }}
+{{ template "fanout.wait_begin.sql" . }}
+{{ template "fanout.wait_end.sql" . }}
 {{ template "_grants.sql" . }}
+{{ template "fanout._notify_trigger.sql" . }}
 {{ template "_attach.sql" . }}
 -- Backfills (sql/upgrade/after.sql).
 {{ template "_upgrade_after.sql" . }}
