@@ -25,7 +25,7 @@
 -- revoked before the next transaction refuses its ack.
 -- Raises: PGQ03 NULL id, PGQ10 unknown lease (no such slot, or a page the
 -- slot has not reached), PGQ11 a page of a lost history, PGQ21 no consume
--- grant on its topic.
+-- grant on its topic (the message does not name the topic).
 -- Tables: fanout.lease, fanout.consumer_group, fanout.topic, fanout.member.
 CREATE OR REPLACE FUNCTION fanout._lock_lease(p_lease_id bigint, p_checked boolean DEFAULT false)
 RETURNS fanout.lease
@@ -38,6 +38,7 @@ DECLARE
     v_page  bigint := p_lease_id & 65535;
     v_topic text;
     v_check boolean;
+    v_caller text;
 BEGIN
     IF p_lease_id IS NULL THEN
         RAISE EXCEPTION 'lease_id must not be NULL' USING ERRCODE = 'PGQ03';
@@ -57,7 +58,23 @@ BEGIN
                 USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
         END IF;
         IF v_check THEN
-            PERFORM fanout._authorize(v_topic, 'consume');
+            -- Refused without the topic's name: slot numbers come from one
+            -- sequence, so any tenant can present any of them, and naming
+            -- the lease's topic would list other tenants' topics.
+            IF NOT fanout._may(v_topic, 'consume') THEN
+                RAISE EXCEPTION 'role % may not consume the topic of lease %',
+                    coalesce((SELECT quote_ident(r.rolname) FROM pg_roles r WHERE r.oid = fanout._caller()), 'unknown'),
+                    p_lease_id
+                    USING ERRCODE = 'PGQ21',
+                          HINT = 'ack, nack and extend a lease as a role allowed to consume its topic';
+            END IF;
+            -- As fanout._authorize notes the caller allowed (one _may call).
+            v_caller := fanout._caller()::text;
+            IF current_setting('fanout.xact_caller', true) IS DISTINCT FROM v_caller THEN
+                PERFORM set_config('fanout.xact_caller',
+                                   CASE WHEN coalesce(current_setting('fanout.xact_caller', true), '') = ''
+                                        THEN v_caller ELSE '0' END, true);
+            END IF;
         END IF;
     END IF;
     -- The slot's current page, locked; else (no lock) what the slot holds.

@@ -43,8 +43,10 @@ BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'table_name must not be NULL' USING ERRCODE = 'PGQ03';
     END IF;
+    -- The grant before the look-up (as every entry point): a caller without
+    -- one must not learn whether the topic exists (PGQ01, PGQ26 on a shard).
+    PERFORM fanout._authorize($2, 'publish');
     v_t := fanout._topic($2);
-    PERFORM fanout._authorize(v_t.topic, 'publish');
     PERFORM fanout._capture_check_owner($1, 'capture');
     IF v_t.sequence_ordering THEN
         RAISE EXCEPTION 'topic % is sequence-ordered: captured changes have no sequence numbers', quote_literal(v_t.topic)
