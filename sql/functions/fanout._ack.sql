@@ -3,7 +3,7 @@
 -- caller's consume grant on the lease's topic in the same call
 -- (fanout._lock_lease does not check it again).
 -- Returns how many messages were settled. Raises as fanout.ack.
--- Tables: as fanout.ack.
+-- Tables: as fanout.ack; fanout.group_tally (fanout._tally: the group's ack counter).
 CREATE OR REPLACE FUNCTION fanout._ack(p_lease_id bigint, p_ids bigint[], p_checked boolean)
 RETURNS int
 LANGUAGE plpgsql
@@ -31,6 +31,7 @@ BEGIN
             PERFORM fanout._sequence_settled(v_l.group_id, v_targets);
         END IF;
         PERFORM fanout._lease_settle(v_l.lease_id, v_targets, false, true);
+        PERFORM fanout._tally(v_l.group_id, v_l.slot_id, v_n, 0);
     END IF;
     RETURN v_n;
 END

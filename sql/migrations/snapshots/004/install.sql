@@ -40,6 +40,8 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._reconcile_stamps.sql" . }}
 {{ template "fanout._retries_take.sql" . }}
 {{ template "fanout._sequence_gate.sql" . }}
+{{ template "fanout._tally.sql" . }}
+{{ template "fanout._topic_group_view.sql" . }}
 {{ template "fanout._try_lock.sql" . }}
 {{ template "fanout._window_page_priority.sql" . }}
 {{ template "fanout._window_scan.sql" . }}
@@ -66,6 +68,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.capture_table.sql" . }}
 {{ template "fanout.groups.sql" . }}
 {{ template "fanout.heartbeat.sql" . }}
+{{ template "fanout.nack.sql" . }}
 {{ template "fanout.publish.sql" . }}
 {{ template "fanout.read.sql" . }}
 {{ template "fanout.subscribe.sql" . }}
@@ -73,6 +76,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.topics.sql" . }}
 {{ template "fanout.uncapture_table.sql" . }}
 {{ template "_grants.sql" . }}
+{{ template "fanout._tally_trigger.sql" . }}
 {{ template "_attach.sql" . }}
 -- Backfills (sql/upgrade/after.sql).
 {{ template "_upgrade_after.sql" . }}
