@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -124,6 +125,12 @@ type Config struct {
 	// is the publisher's trace context from the message's headers
 	// (Publisher.WithTracerProvider puts it there). Default nil: off.
 	TracerProvider trace.TracerProvider
+
+	// MeterProvider, when set, turns OpenTelemetry metrics on: the
+	// histogram messaging.process.duration of every handler call, per
+	// topic and group (client/metrics.go; docs/go-client.md). Default nil:
+	// off.
+	MeterProvider metric.MeterProvider
 }
 
 // Defaults of Config, in one place.
@@ -298,6 +305,8 @@ type Consumer struct {
 	handler   Handler
 	txHandler TxHandler
 	tracer    trace.Tracer // nil: tracing off
+	procHist  metric.Float64Histogram // nil: metrics off
+	procAttrs processAttrs
 	running   atomic.Bool
 
 	reads, emptyReads, delivered, acked, nacked, errs atomic.Int64
@@ -353,6 +362,10 @@ func newConsumer(pool *pgxpool.Pool, cfg Config, h Handler, th TxHandler) (*Cons
 	if cfg.TracerProvider != nil {
 		c.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
+	if c.procHist, err = newProcessHistogram(cfg.MeterProvider); err != nil {
+		return nil, err
+	}
+	c.procAttrs = newProcessAttrs(cfg.Topic, cfg.Group)
 	return c, nil
 }
 
