@@ -18,8 +18,10 @@
 -- and waiting messages (a stuck aggregate or a dead consumer shows as lag);
 -- the unread count uses index scans: O(lag), one statement per topic
 -- (fanout._topic_group_view) for most groups.
--- Shows only the groups of topics the caller may consume (fanout._may); the
--- view is a security barrier, so no function of the caller sees other rows.
+-- Shows only the groups of topics the caller may consume: the rows come
+-- from fanout._topic_group_view, which returns none for another topic
+-- (fanout._may); the view is a security barrier, so no function of the
+-- caller sees other rows.
 -- Tables: fanout.consumer_group, fanout.topic, fanout.member, fanout.lease,
 -- fanout.retry, fanout.seq_wait, fanout.dead_letter, fanout.bitmap_job, fanout.group_stat, fanout.group_tally,
 -- fanout_data.*.
@@ -60,5 +62,4 @@ LEFT JOIN LATERAL (SELECT j.status, j.processed, j.total,
                                                         - j.started_at), 0))::float8 AS rate
                    FROM fanout.bitmap_job j WHERE j.group_id = g.group_id AND j.kind = 'backfill') b ON true
 LEFT JOIN LATERAL (SELECT sum(c.acked)::bigint AS acked, sum(c.nacked)::bigint AS nacked
-                   FROM fanout.group_tally c WHERE c.group_id = g.group_id) k ON true
-WHERE fanout._may(t.topic, 'consume');
+                   FROM fanout.group_tally c WHERE c.group_id = g.group_id) k ON true;
