@@ -305,9 +305,11 @@ type Consumer struct {
 	handler   Handler
 	txHandler TxHandler
 	tracer    trace.Tracer // nil: tracing off
-	procHist  metric.Float64Histogram // nil: metrics off
-	procAttrs processAttrs
 	running   atomic.Bool
+
+	// procHist records each handler call's duration (nil: metrics off).
+	procHist  metric.Float64Histogram
+	procAttrs processAttrs
 
 	reads, emptyReads, delivered, acked, nacked, errs atomic.Int64
 	notifications, extensions, heartbeats             atomic.Int64
