@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -134,6 +135,12 @@ type Config struct {
 	// is the publisher's trace context from the message's headers
 	// (Publisher.WithTracerProvider puts it there). Default nil: off.
 	TracerProvider trace.TracerProvider
+
+	// MeterProvider, when set, turns OpenTelemetry metrics on: the
+	// histogram messaging.process.duration of every handler call, per
+	// topic and group (client/metrics.go; docs/go-client.md). Default nil:
+	// off.
+	MeterProvider metric.MeterProvider
 }
 
 // Defaults of Config, in one place.
@@ -313,6 +320,10 @@ type Consumer struct {
 	tracer    trace.Tracer // nil: tracing off
 	running   atomic.Bool
 
+	// procHist records each handler call's duration (nil: metrics off).
+	procHist  metric.Float64Histogram
+	procAttrs processAttrs
+
 	reads, emptyReads, delivered, acked, nacked, errs atomic.Int64
 	notifications, extensions, heartbeats             atomic.Int64
 	retries, settleFailures, leasesLost               atomic.Int64
@@ -366,6 +377,10 @@ func newConsumer(pool *pgxpool.Pool, cfg Config, h Handler, th TxHandler) (*Cons
 	if cfg.TracerProvider != nil {
 		c.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
+	if c.procHist, err = newProcessHistogram(cfg.MeterProvider); err != nil {
+		return nil, err
+	}
+	c.procAttrs = newProcessAttrs(cfg.Topic, cfg.Group)
 	return c, nil
 }
 

@@ -142,10 +142,12 @@ func (c *Consumer) traceRead(ctx context.Context, start time.Time, n int, err er
 
 // startProcess starts the span of one handler call: its parent is the trace
 // context of the message's headers (the publisher's), and it links to the
-// read that delivered it.
+// read that delivered it. The returned func ends it and records the call's
+// duration (metrics.go).
 func (c *Consumer) startProcess(ctx context.Context, read trace.SpanContext, d *Delivery) (context.Context, func(error)) {
+	start := time.Now()
 	if c.tracer == nil {
-		return ctx, func(error) {}
+		return ctx, func(err error) { c.recordProcess(ctx, start, err) }
 	}
 	pctx := traceContext.Extract(ctx, traceHeaders(d.Headers))
 	attrs := append(messagingAttrs(c.cfg.Topic, "process"),
@@ -161,6 +163,7 @@ func (c *Consumer) startProcess(ctx context.Context, read trace.SpanContext, d *
 	}
 	pctx, span := c.tracer.Start(pctx, "pgq.process "+c.cfg.Topic, opts...)
 	return pctx, func(err error) {
+		c.recordProcess(ctx, start, err)
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())

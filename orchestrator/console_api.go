@@ -94,14 +94,20 @@ type GroupView struct {
 	NewestDeadLetterAt    *time.Time `json:"newest_dead_letter_at"`
 	LostMessages          int64      `json:"lost_messages"`
 	Delivered             int64      `json:"delivered"`
+	// AckedTotal, NackedTotal and DeadLetteredTotal are the group's
+	// counters since its creation (fanout.groups).
+	AckedTotal        int64 `json:"acked_total"`
+	NackedTotal       int64 `json:"nacked_total"`
+	DeadLetteredTotal int64 `json:"dead_lettered_total"`
 	// Backfill is null when the group needs none (offset mode, or a
 	// reference group that started at latest).
 	Backfill   *BackfillView `json:"backfill"`
 	LagHistory []LagSample   `json:"lag_history"`
-	// DeliverRate and SettleRate are the last sample's throughput
-	// (LagSample); null before the second sample.
+	// DeliverRate, SettleRate and NackRate are the last sample's
+	// throughput (LagSample); null before the second sample.
 	DeliverRate *float64 `json:"deliver_rate"`
 	SettleRate  *float64 `json:"settle_rate"`
+	NackRate    *float64 `json:"nack_rate"`
 	// KeyPartitions lists the group's key partitions (partitioned topics
 	// only): owner and lag of each, as fanout.partitions shows them.
 	KeyPartitions []KeyPartitionView `json:"key_partitions"`
@@ -253,7 +259,8 @@ func groupView(r Row) GroupView {
 		LagMessages: intOf(r, "lag_messages"), OldestUnacked: floatPtr(r, "oldest_unacked_age"),
 		InFlight: intOf(r, "in_flight"), RetryPending: intOf(r, "retry_pending"),
 		DeadLetters: intOf(r, "dead_letters"), LostMessages: intOf(r, "lost_messages"),
-		Delivered: intOf(r, "delivered"), LagHistory: []LagSample{}, KeyPartitions: []KeyPartitionView{},
+		Delivered: intOf(r, "delivered"), AckedTotal: intOf(r, "acked_total"), NackedTotal: intOf(r, "nacked_total"),
+		DeadLetteredTotal: intOf(r, "dead_lettered_total"), LagHistory: []LagSample{}, KeyPartitions: []KeyPartitionView{},
 	}
 	_, named := r["group_name"].(string)
 	g.Queue = !named
@@ -350,7 +357,8 @@ func (c *Console) groupViews(ctx context.Context, rows []Row) ([]GroupView, erro
 		idx[k] = len(out)
 		g.LagHistory = c.hist.get(k)
 		if n := len(g.LagHistory); n > 0 {
-			g.DeliverRate, g.SettleRate = g.LagHistory[n-1].DeliverRate, g.LagHistory[n-1].SettleRate
+			last := g.LagHistory[n-1]
+			g.DeliverRate, g.SettleRate, g.NackRate = last.DeliverRate, last.SettleRate, last.NackRate
 		}
 		if g.DeadLetters > 0 {
 			dlTopics = append(dlTopics, &g.Topic)

@@ -16,11 +16,16 @@ type LagSample struct {
 	// DeliverRate is messages handed out per second since the previous
 	// sample (redeliveries included); null on the first sample.
 	DeliverRate *float64 `json:"deliver_rate"`
+	// Acked, Nacked and DeadLettered are the group's counters
+	// (fanout.groups.acked_total, nacked_total, dead_lettered_total).
+	Acked        int64 `json:"acked"`
+	Nacked       int64 `json:"nacked"`
+	DeadLettered int64 `json:"dead_lettered"`
 	// SettleRate is messages the group was done with (acked or
-	// dead-lettered) per second since the previous sample: what its topic
-	// published minus what its lag grew by. Null on the first sample or
-	// when the topic's publish counter is not readable.
+	// dead-lettered) per second since the previous sample; NackRate the
+	// messages its members nacked per second. Null on the first sample.
 	SettleRate *float64 `json:"settle_rate"`
+	NackRate   *float64 `json:"nack_rate"`
 }
 
 // TopicSample is one point of a topic's publish sparkline.
@@ -35,6 +40,10 @@ type TopicSample struct {
 }
 
 type groupKey struct{ topic, group string }
+
+// partitionIDs is the id range of one storage partition of a topic's
+// message table: partition k holds ids [k << 32, (k + 1) << 32).
+const partitionIDs = int64(1) << 32
 
 // lagHistory keeps the samples of the last window per group and per topic,
 // in memory: the sidecar's own observations, not a time-series database.
@@ -76,14 +85,15 @@ func (h *lagHistory) add(now time.Time, seen map[groupKey]LagSample, published m
 			delete(h.topics, t)
 		}
 	}
-	pubDelta := map[string]int64{}
 	for t, n := range published {
 		old := h.topics[t]
 		s := TopicSample{At: now, Published: n}
 		if len(old) > 0 {
-			p := old[len(old)-1]
-			s.PublishRate = perSecond(n-p.Published, now.Sub(p.At))
-			pubDelta[t] = n - p.Published
+			// The id sequence jumps by about 2^32 into the next storage
+			// partition (fanout._manage_partitions): no rate across a jump.
+			if p := old[len(old)-1]; n-p.Published < partitionIDs/2 {
+				s.PublishRate = perSecond(n-p.Published, now.Sub(p.At))
+			}
 		}
 		i := 0
 		for i < len(old) && old[i].At.Before(cut) {
@@ -97,9 +107,8 @@ func (h *lagHistory) add(now time.Time, seen map[groupKey]LagSample, published m
 			p := old[len(old)-1]
 			dt := now.Sub(p.At)
 			s.DeliverRate = perSecond(s.Delivered-p.Delivered, dt)
-			if d, ok := pubDelta[k.topic]; ok {
-				s.SettleRate = perSecond(d-(s.Messages-p.Messages), dt)
-			}
+			s.SettleRate = perSecond(s.Acked+s.DeadLettered-p.Acked-p.DeadLettered, dt)
+			s.NackRate = perSecond(s.Nacked-p.Nacked, dt)
 		}
 		i := 0
 		for i < len(old) && old[i].At.Before(cut) {

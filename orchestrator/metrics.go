@@ -110,6 +110,7 @@ type statsCollector struct {
 	kparts, kpartsUnowned, kpartImbalance, kpartMaxLag, kpartMaxLagSeconds                 *prometheus.Desc
 	skippedTopics, skippedSeconds, skippedCalls                                            *prometheus.Desc
 	heartbeatAge, heartbeatTimeout, deadLettered, stuck, topicRetention, consistency       *prometheus.Desc
+	acked, nacked                                                                          *prometheus.Desc
 
 	// check_consistency() reads every table: at most once per
 	// ConsistencyEvery, the scrapes in between repeat its last count.
@@ -173,6 +174,9 @@ func newStatsCollector(db DB, leaderName string, logger *slog.Logger) *statsColl
 		heartbeatAge:     d("pgq_group_heartbeat_age_seconds", "Seconds since the group's last sign of life (heartbeat, read or ack of any member).", g, nil),
 		heartbeatTimeout: d("pgq_group_heartbeat_timeout_seconds", "The group's heartbeat_timeout (dead after dead_after_misses of them without a sign of life).", g, nil),
 		deadLettered:     d("pgq_group_dead_lettered_total", "Messages the group dead-lettered since it was created (purges and replays do not lower it).", g, nil),
+		acked:            d("pgq_group_acked_total", "Messages the group's members acked since it was created.", g, nil),
+		nacked: d("pgq_group_nacked_total",
+			"Messages the group's members nacked since it was created (retried or, at the last attempt, dead-lettered).", g, nil),
 		stuck: d("pgq_group_stuck_messages",
 			fmt.Sprintf("Messages of the group under a lease or waiting for a retry for over %v (fanout.stuck_messages).", StuckAfter), g, nil),
 		topicRetention: d("pgq_topic_retention_seconds", "The topic's retention setting.", t, nil),
@@ -187,7 +191,8 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.lost, c.delivered, c.members, c.status, c.bfProcessed, c.bfTotal, c.bfRate, c.expired, c.waiting,
 		c.kparts, c.kpartsUnowned, c.kpartImbalance, c.kpartMaxLag, c.kpartMaxLagSeconds,
 		c.skippedTopics, c.skippedSeconds, c.skippedCalls,
-		c.heartbeatAge, c.heartbeatTimeout, c.deadLettered, c.stuck, c.topicRetention, c.consistency} {
+		c.heartbeatAge, c.heartbeatTimeout, c.deadLettered, c.stuck, c.topicRetention, c.consistency,
+		c.acked, c.nacked} {
 		ch <- d
 	}
 }
@@ -267,9 +272,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		if hb, ok := r.Time("last_heartbeat"); ok && !now.IsZero() {
 			ch <- prometheus.MustNewConstMetric(c.heartbeatAge, prometheus.GaugeValue, max(now.Sub(hb).Seconds(), 0), t, g)
 		}
-		if v, ok := r.Float("dead_lettered_total"); ok {
-			ch <- prometheus.MustNewConstMetric(c.deadLettered, prometheus.CounterValue, finite(v), t, g)
-		}
+		emit(c.deadLettered, prometheus.CounterValue, r, "dead_lettered_total", t, g)
+		emit(c.acked, prometheus.CounterValue, r, "acked_total", t, g)
+		emit(c.nacked, prometheus.CounterValue, r, "nacked_total", t, g)
 		if stuck != nil {
 			ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(stuck[[2]string{t, g}]), t, g)
 		}

@@ -24,8 +24,9 @@ func scrape(t *testing.T, c prometheus.Collector) (int, string) {
 	return get(t, srv.URL)
 }
 
-// The health series behind deploy/prometheus's alerts: dead-lettered
-// totals per group (a counter that purging dead letters does not lower),
+// The health series behind deploy/prometheus's alerts: dead-lettered,
+// acked and nacked totals per group (counters, 0 from the group's creation
+// on; purging dead letters does not lower them),
 // heartbeat age and timeout, stuck messages (0 for a group without any),
 // check_consistency()'s row count and the topic's retention. Every group
 // has each series from its creation on.
@@ -56,6 +57,13 @@ func TestMetricsHealthSeries(t *testing.T) {
 		"# TYPE pgq_group_dead_lettered_total counter",
 		`pgq_group_dead_lettered_total{group="billing",topic="orders"} 2`,
 		`pgq_group_dead_lettered_total{group="email",topic="orders"} 0`,
+		"# TYPE pgq_group_acked_total counter",
+		"# TYPE pgq_group_nacked_total counter",
+		`pgq_group_nacked_total{group="billing",topic="orders"} 2`,
+		`pgq_group_acked_total{group="billing",topic="orders"} 0`,
+		`pgq_group_acked_total{group="email",topic="orders"} 0`,
+		`pgq_group_nacked_total{group="email",topic="orders"} 0`,
+		`pgq_group_nacked_total{group="",topic="jobs"} 1`,
 		`pgq_group_dead_letters{group="billing",topic="orders"} 0`,
 		`pgq_group_heartbeat_timeout_seconds{group="billing",topic="orders"} 90`,
 		`pgq_group_heartbeat_timeout_seconds{group="email",topic="orders"} 300`,
@@ -81,4 +89,35 @@ func TestMetricsHealthSeries(t *testing.T) {
 	c := newStatsCollector(b.Pool, "", b.log)
 	_, body = scrape(t, c)
 	require.Regexp(t, `(?m)^pgq_consistency_problems [1-9]`, body)
+}
+
+// readGroups reads fanout.groups a chunk of topics per statement (each its
+// own transaction, so a scrape of many topics never holds every topic's
+// locks at once): the rows are those of one statement over every topic, in
+// the same order; a topic not named is left out. ReadStats (/metrics) and
+// the console's sampler read it so.
+func TestReadGroupsInChunks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var names []string
+	for i := range 5 {
+		name := "chunk" + string(rune('a'+i))
+		names = append(names, name)
+		b.exec(t, `SELECT fanout.create_topic($1, semantics => 'pubsub')`, name)
+		b.exec(t, `SELECT fanout.subscribe($1, 'g2')`, name)
+		b.exec(t, `SELECT fanout.subscribe($1, 'g1')`, name)
+		b.exec(t, `SELECT fanout.publish($1, '{}') FROM generate_series(1, $2)`, name, i+1)
+	}
+	b.exec(t, `SELECT fanout.create_topic('jobs')`)
+	names = append(names, "jobs")
+	all, err := queryRows(b.ctx, b.Pool, `SELECT topic, group_name, lag_messages FROM fanout.groups ORDER BY topic, group_name NULLS FIRST`)
+	require.NoError(t, err)
+	require.Len(t, all, 11)
+	chunked, err := readGroups(b.ctx, b.Pool, "topic, group_name, lag_messages", names, 2)
+	require.NoError(t, err)
+	require.Equal(t, all, chunked)
+	some, err := readGroups(b.ctx, b.Pool, "topic, group_name", []string{"chunkb", "chunkd"}, 1)
+	require.NoError(t, err)
+	require.Equal(t, []Row{{"topic": "chunkb", "group_name": "g1"}, {"topic": "chunkb", "group_name": "g2"},
+		{"topic": "chunkd", "group_name": "g1"}, {"topic": "chunkd", "group_name": "g2"}}, some)
 }

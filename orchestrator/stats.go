@@ -105,13 +105,26 @@ func ReadStats(ctx context.Context, db DB, leaderName string) (*Stats, error) {
 		return nil, ErrNotInstalled
 	}
 	st := &Stats{GroupsAvailable: hasGroups}
-	var err error
-	if st.Topics, err = queryRows(ctx, db, `SELECT * FROM fanout.topics ORDER BY topic`); err != nil {
+	// Both views open every topic's tables: GroupsChunk topics per
+	// statement (readGroups), named by the catalog table; a role that may
+	// not read it reads fanout.topics in one.
+	names, err := queryStrings(ctx, db, `SELECT t.topic FROM fanout.topic t ORDER BY t.topic`)
+	switch {
+	case err == nil:
+		st.Topics, err = readChunks(ctx, db, `SELECT * FROM fanout.topics WHERE topic = ANY($1) ORDER BY topic`,
+			names, GroupsChunk)
+	case isPrivilegeError(err):
+		st.Topics, err = queryRows(ctx, db, `SELECT * FROM fanout.topics ORDER BY topic`)
+		names = make([]string, 0, len(st.Topics))
+		for _, r := range st.Topics {
+			names = append(names, r.Text("topic"))
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("stats: fanout.topics: %w", err)
 	}
 	if hasGroups {
-		if st.Groups, err = queryRows(ctx, db,
-			`SELECT * FROM fanout.groups ORDER BY topic, group_name NULLS FIRST`); err != nil {
+		if st.Groups, err = readGroups(ctx, db, "*", names, GroupsChunk); err != nil {
 			return nil, fmt.Errorf("stats: fanout.groups: %w", err)
 		}
 	}
@@ -170,3 +183,43 @@ func finite(f float64) float64 {
 // (fanout.partition_stats: partitions, unowned, imbalance, max_lag_messages,
 // max_lag_seconds).
 const keyPartitionsSQL = `SELECT * FROM fanout.partition_stats()`
+
+// GroupsChunk is how many topics one statement on fanout.groups (or
+// fanout.topics) covers. The views open each topic's message table (and
+// its indexes) to count messages, and a transaction keeps every lock it took:
+// a thousand topics in one statement take several thousand locks, past the
+// lock table of a server with default settings (max_locks_per_transaction
+// 64 x max_connections 100: "out of shared memory"). One statement per
+// chunk, each its own transaction, holds a chunk's worth.
+const GroupsChunk = 100
+
+// readGroups reads the columns cols of fanout.groups for the topics named
+// (in that order; each topic's groups by name, the implicit group first),
+// chunk topics per statement. A group of a topic not named is not read.
+func readGroups(ctx context.Context, db DB, cols string, topics []string, chunk int) ([]Row, error) {
+	return readChunks(ctx, db, `SELECT `+cols+` FROM fanout.groups WHERE topic = ANY($1)
+		ORDER BY topic, group_name NULLS FIRST`, topics, chunk)
+}
+
+// readChunks runs sql (its $1: an array of topic names) once per chunk of
+// topics and returns the rows of all runs in order.
+func readChunks(ctx context.Context, db DB, sql string, topics []string, chunk int) ([]Row, error) {
+	var out []Row
+	for from := 0; from < len(topics); from += chunk {
+		rows, err := queryRowsArgs(ctx, db, sql, topics[from:min(len(topics), from+chunk)])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows...)
+	}
+	return out, nil
+}
+
+// queryStrings reads a one-column text query.
+func queryStrings(ctx context.Context, db DB, sql string) ([]string, error) {
+	rows, err := db.Query(ctx, sql)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}

@@ -249,6 +249,8 @@ func TestConsoleBrowser(t *testing.T) {
 	billing := rows["orders.keyed/billing"]
 	require.Regexp(t, `<td class="num deliver-rate" data-value="[0-9.]*">[0-9.,]+/s</td>`, billing.html)
 	require.Regexp(t, `<td class="num settle-rate" data-value="[0-9.]*">[0-9.,]+/s</td>`, billing.html)
+	require.Regexp(t, `<td class="num nack-rate" data-value="0" data-total="0" title="since the group was created: [0-9][0-9,]* acked, 0 nacked, 0 dead-lettered">0.0/s</td>`,
+		billing.html, "the nack rate, with the group's totals")
 	require.Regexp(t, `<span class="scale" data-max="[0-9.]+">max [0-9,]+</span>`, billing.html)
 	require.Contains(t, billing.html, `<summary>8 (1 owner, `)
 	kp := regexp.MustCompile(`<tr class="key-partition" data-partition="(\d+)" data-owner="([^"]*)">`).FindAllStringSubmatch(dom, -1)

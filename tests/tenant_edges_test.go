@@ -187,6 +187,7 @@ func TestTenantEdgeViews(t *testing.T) {
 				fmt.Sprintf("SELECT count(*) FROM fanout._kpart_view(%d, 0) WHERE messages IS NOT NULL",
 					b.groupOf(t, f.bpID)),
 				fmt.Sprintf("SELECT count(*) FROM fanout._group_view(%d) WHERE messages IS NOT NULL", f.bPsGroupID),
+				fmt.Sprintf("SELECT count(*) FROM fanout._topic_group_view(%d)", f.bqID),
 				fmt.Sprintf("SELECT count(*) FROM fanout._topic_view(%d) WHERE messages IS NOT NULL", f.bqID),
 				fmt.Sprintf("SELECT count(*) FROM (SELECT fanout._scheduled_count(%d) n) x WHERE n IS NOT NULL", f.bqID),
 			} {
@@ -217,12 +218,12 @@ func TestTenantEdgeInternals(t *testing.T) {
 	b := f.b
 	allowed := map[string]bool{}
 	for _, s := range []string{"_may", "_may_see_grant", "_topic_view", "_scheduled_count", "_sequence_gap_rows",
-		"_group_view", "_kpart_view",
+		"_group_view", "_kpart_view", "_topic_group_view",
 		// admin-only maintenance entry points; they check an admin grant on '%'
 		"_manage_partitions", "_cleanup_partitions", "_cleanup_bookkeeping", "_detect_dead_groups",
 		"_cleanup_groups", "_sequence_gap_alerts", "_bitmap_step", "_refresh_topic_state", "_measure_usage",
 		// trigger functions (not callable directly)
-		"_group_mask_trigger", "_notify_trigger", "_required_groups_trigger"} {
+		"_group_mask_trigger", "_notify_trigger", "_required_groups_trigger", "_tally_trigger"} {
 		allowed[s] = true
 	}
 	for _, kind := range []string{"prod", "cons", "adm"} {

@@ -17,12 +17,21 @@
 -- group that has not reached a closed partition costs a look-up, not a
 -- count: the fanout.groups view and cleanup stay cheap with many lagging
 -- groups. Only partitions the group is inside are counted row by row.
+-- A partition that no id has been handed out for yet (its lo_id above the
+-- topic's sequence: the one kept ready ahead of the open one) holds no row
+-- and is not counted: no query on a table the view would otherwise open and
+-- lock for nothing (one per topic). The query leaves out the parts of the
+-- window that are empty: (b) and (c) when the window's snapshots had no
+-- transaction running (the common case), the start condition before the
+-- group's first window ends. A query on a table the session has not opened
+-- yet costs far more than its index scan (planning, catalog look-ups,
+-- locks), so the fanout.groups view at 1,000 topics depends on both.
 -- On a partitioned topic the count is the sum over the group's key
 -- partitions, each at its own cursor (fanout.kpart; a partition without a
 -- cursor yet is at the group's position), without the summary short-cut
 -- (a summary counts every key partition); p_kpart restricts it to one.
--- Reads fanout.consumer_group, fanout.kpart, fanout.partition and the topic's
--- message table.
+-- Reads fanout.consumer_group, fanout.kpart, fanout.partition, the topic's
+-- message table and its id sequence.
 CREATE OR REPLACE FUNCTION fanout._group_unread(
     p_group_id bigint, p_limit bigint DEFAULT NULL, p_relname text DEFAULT NULL, p_kpart int DEFAULT NULL,
     OUT messages bigint, OUT oldest_published_at timestamptz)
@@ -48,22 +57,17 @@ DECLARE
     v_parts   int;
     v_k       record;
     v_kfilter text;
+    v_last    bigint;
+    v_lo_xip  xid8[];
+    v_hi_xip  xid8[];
 BEGIN
     SELECT * INTO STRICT v_g FROM fanout.consumer_group g WHERE g.group_id = p_group_id;
     IF v_g.bit_no IS NOT NULL THEN
         v_filter := format(' AND (m.required_groups & %L::bigint) <> 0', 1::bigint << v_g.bit_no);
     END IF;
-    SELECT t.partitions INTO v_parts FROM fanout.topic t WHERE t.topic_id = v_g.topic_id;
-    v_sql := 'SELECT count(*), min(u.published_at) FROM (
-             (SELECT m.published_at FROM fanout_data.%1$I m
-              WHERE m.txid >= $1 AND (m.txid, m.id) > ($2, $3) AND (m.id >= $4 OR m.txid >= $9 OR m.txid = ANY ($7)) %2$s LIMIT $5)
-             UNION ALL
-             (SELECT m.published_at FROM fanout_data.%1$I m
-              WHERE m.txid = ANY ($6) AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 %2$s LIMIT $5)
-             UNION ALL
-             (SELECT m.published_at FROM fanout_data.%1$I m
-              WHERE m.txid = ANY ($7) AND NOT pg_visible_in_snapshot(m.txid, $8)
-                AND (m.txid, m.id) <= ($2, $3) %2$s LIMIT $5)) u';
+    SELECT t.partitions, pg_sequence_last_value(format('fanout_data.%I', t.seq_name)::regclass)
+    INTO v_parts, v_last
+    FROM fanout.topic t WHERE t.topic_id = v_g.topic_id;
     messages := 0;
     -- One position (the group's), or one per key partition.
     FOR v_k IN
@@ -84,6 +88,27 @@ BEGIN
     v_lo_xmax := pg_snapshot_xmax(v_g.win_lo);
     v_start := CASE WHEN v_lo_xmax = '1' THEN coalesce(v_g.effective_start_id, 0) ELSE 0 END;
     v_kfilter := v_filter || CASE WHEN v_k.kpart IS NULL THEN '' ELSE format(' AND m.kpart = %s', v_k.kpart) END;
+    v_lo_xip := ARRAY(SELECT pg_snapshot_xip(v_g.win_lo));
+    v_hi_xip := ARRAY(SELECT pg_snapshot_xip(v_g.win_hi));
+    -- (a), then (b) and (c) where the window's snapshots make them
+    -- non-empty; ids start at 1, so v_start 0 asks nothing of (a).
+    v_sql := 'SELECT count(*), min(u.published_at) FROM (
+             (SELECT m.published_at FROM fanout_data.%1$I m
+              WHERE m.txid >= $1 AND (m.txid, m.id) > ($2, $3)'
+             || CASE WHEN v_start = 0 THEN ''
+                     WHEN cardinality(v_hi_xip) = 0 THEN ' AND (m.id >= $4 OR m.txid >= $9)'
+                     ELSE ' AND (m.id >= $4 OR m.txid >= $9 OR m.txid = ANY ($7))' END
+             || ' %2$s LIMIT $5)'
+             || CASE WHEN cardinality(v_lo_xip) = 0 THEN '' ELSE '
+             UNION ALL
+             (SELECT m.published_at FROM fanout_data.%1$I m
+              WHERE m.txid = ANY ($6) AND (m.txid, m.id) > ($2, $3) AND m.id >= $4 %2$s LIMIT $5)' END
+             || CASE WHEN cardinality(v_hi_xip) = 0 THEN '' ELSE '
+             UNION ALL
+             (SELECT m.published_at FROM fanout_data.%1$I m
+              WHERE m.txid = ANY ($7) AND NOT pg_visible_in_snapshot(m.txid, $8)
+                AND (m.txid, m.id) <= ($2, $3) %2$s LIMIT $5)' END
+             || ') u';
     FOR v_p IN
         SELECT * FROM fanout.partition p
         WHERE p.topic_id = v_g.topic_id AND p.truncated_at IS NULL
@@ -92,6 +117,11 @@ BEGIN
     LOOP
         IF v_p.txid_bound IS NOT NULL AND v_p.txid_bound <= pg_snapshot_xmin(v_g.win_lo) THEN
             CONTINUE;  -- every row was in an earlier window
+        END IF;
+        IF v_last IS NOT NULL AND v_p.lo_id > v_last THEN
+            -- No id of it handed out yet (the sequence is read after this
+            -- statement's snapshot: a row it could see has a lower id).
+            CONTINUE;
         END IF;
         IF v_g.bit_no IS NULL AND v_k.kpart IS NULL AND v_p.row_count IS NOT NULL AND v_p.first_txid >= v_lo_xmax
            AND (v_p.first_txid, v_p.first_id) > (v_g.cur_txid, v_g.cur_id)
@@ -103,8 +133,7 @@ BEGIN
             EXECUTE format(v_sql, v_p.relname, v_kfilter)
                 INTO v_n, v_oldest
                 USING v_lo_xmax, v_g.cur_txid, v_g.cur_id, v_start,
-                      p_limit, ARRAY(SELECT pg_snapshot_xip(v_g.win_lo)), ARRAY(SELECT pg_snapshot_xip(v_g.win_hi)),
-                      v_g.win_lo, pg_snapshot_xmax(v_g.win_hi);
+                      p_limit, v_lo_xip, v_hi_xip, v_g.win_lo, pg_snapshot_xmax(v_g.win_hi);
         END IF;
         messages := messages + v_n;
         oldest_published_at := least(oldest_published_at, v_oldest);

@@ -10,14 +10,21 @@
 -- retention, deliveries, and backfill progress (reference mode; offset mode
 -- needs none): status, messages processed of total, rate per second, ETA;
 -- last: dead_lettered_total, messages the group dead-lettered since it was
--- created (fanout.group_stat; dead_letters is what is left of them).
+-- created (fanout.group_stat; dead_letters is what is left of them);
+-- acked_total and nacked_total, messages its members acked and nacked since
+-- it was created (fanout.group_tally; a nack that dead-letters counts as a
+-- nack, and in dead_lettered_total).
 -- lag_messages is what the group still has to be handed: unread, expired
 -- and waiting messages (a stuck aggregate or a dead consumer shows as lag);
--- the unread count uses index scans: O(lag).
--- Shows only the groups of topics the caller may consume (fanout._may); the
--- view is a security barrier, so no function of the caller sees other rows.
+-- the unread count uses index scans: O(lag), one statement per topic
+-- (fanout._topic_group_view) for most groups.
+-- Shows only the groups of topics the caller may consume: the rows come
+-- from fanout._topic_group_view, which returns none for another topic
+-- (fanout._may); the view is a security barrier, so no function of the
+-- caller sees other rows.
 -- Tables: fanout.consumer_group, fanout.topic, fanout.member, fanout.lease,
--- fanout.retry, fanout.seq_wait, fanout.dead_letter, fanout.bitmap_job, fanout.group_stat, fanout_data.*.
+-- fanout.retry, fanout.seq_wait, fanout.dead_letter, fanout.bitmap_job, fanout.group_stat, fanout.group_tally,
+-- fanout_data.*.
 CREATE OR REPLACE VIEW fanout.groups WITH (security_barrier) AS
 SELECT t.topic, g.group_name, g.status,
        (SELECT count(*) FROM fanout.member m
@@ -40,10 +47,11 @@ SELECT t.topic, g.group_name, g.status,
        g.missed_heartbeats, g.heartbeat_timeout, g.dead_after_misses, g.start_position,
        g.created_at, g.status_changed_at, g.last_read_at, t.semantics, t.completion,
        coalesce((SELECT s.dead_lettered FROM fanout.group_stat s WHERE s.group_id = g.group_id), 0)
-           AS dead_lettered_total
-FROM fanout.consumer_group g
-JOIN fanout.topic t ON t.topic_id = g.topic_id
-CROSS JOIN LATERAL fanout._group_view(g.group_id) u
+           AS dead_lettered_total,
+       coalesce(k.acked, 0) AS acked_total, coalesce(k.nacked, 0) AS nacked_total
+FROM fanout.topic t
+CROSS JOIN LATERAL fanout._topic_group_view(t.topic_id) u
+JOIN fanout.consumer_group g ON g.group_id = u.group_id
 LEFT JOIN LATERAL (SELECT sum(ol.open_count) FILTER (WHERE ol.expires_at > now())::bigint AS in_flight,
                           sum(ol.open_count) FILTER (WHERE ol.expires_at <= now())::bigint AS expired,
                           min(ol.created_at) AS oldest_open
@@ -53,4 +61,5 @@ LEFT JOIN LATERAL (SELECT j.status, j.processed, j.total,
                           (j.processed / nullif(extract(epoch FROM coalesce(j.finished_at, j.updated_at)
                                                         - j.started_at), 0))::float8 AS rate
                    FROM fanout.bitmap_job j WHERE j.group_id = g.group_id AND j.kind = 'backfill') b ON true
-WHERE fanout._may(t.topic, 'consume');
+LEFT JOIN LATERAL (SELECT sum(c.acked)::bigint AS acked, sum(c.nacked)::bigint AS nacked
+                   FROM fanout.group_tally c WHERE c.group_id = g.group_id) k ON true;

@@ -6,7 +6,8 @@
 -- Returns how many messages this call settled.
 -- Raises: as fanout.ack; PGQ03 retry_in negative or over 7 days, error over
 -- 8192 characters.
--- Tables: fanout.lease, fanout.retry, fanout.dead_letter, fanout_data.m<topic_id>.
+-- Tables: fanout.lease, fanout.retry, fanout.dead_letter, fanout.group_tally (the group's nack counter,
+-- fanout._tally), fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout.nack(
     lease_id    bigint,
     message_ids bigint[] DEFAULT NULL,
@@ -60,6 +61,7 @@ BEGIN
     END IF;
 
     PERFORM fanout._lease_settle(v_l.lease_id, v_targets, false, true, v_now);
+    PERFORM fanout._tally(v_l.group_id, v_l.slot_id, 0, v_n);
     RETURN v_n;
 END
 $fn$;

@@ -102,7 +102,9 @@
 {{ template "fanout._start_state.sql" . }}
 {{ template "fanout._summarize_partitions.sql" . }}
 {{ template "fanout._table_writers.sql" . }}
+{{ template "fanout._tally.sql" . }}
 {{ template "fanout._topic.sql" . }}
+{{ template "fanout._topic_group_view.sql" . }}
 {{ template "fanout._topic_stats.sql" . }}
 {{ template "fanout._topic_view.sql" . }}
 {{ template "fanout._touch_member.sql" . }}

@@ -3,4 +3,5 @@
 {{ template "fanout._group_mask_trigger.sql" . }}
 {{ template "fanout._notify_trigger.sql" . }}
 {{ template "fanout._required_groups_trigger.sql" . }}
+{{ template "fanout._tally_trigger.sql" . }}
 {{ template "_attach.sql" . }}

@@ -206,6 +206,9 @@
         td(fmtRate(g.deliver_rate), "num deliver-rate", { "data-value": g.deliver_rate === null ? "" : g.deliver_rate }),
         td(fmtRate(g.settle_rate), "num settle-rate", { "data-value": g.settle_rate === null ? "" : g.settle_rate }),
         el("td", { class: "spark" }, sparkline(ratePoints(g.lag_history, "settle_rate"), "acked and dead-lettered per second", fmtRate)),
+        td(fmtRate(g.nack_rate), "num nack-rate" + (g.nack_rate > 0 ? " bad" : ""), { "data-value": g.nack_rate === null ? "" : g.nack_rate,
+          "data-total": g.nacked_total, title: "since the group was created: " + fmtCount(g.acked_total) + " acked, " +
+            fmtCount(g.nacked_total) + " nacked, " + fmtCount(g.dead_lettered_total) + " dead-lettered" }),
         keyPartitionsCell(g),
         num(g.in_flight, "in-flight"), num(g.retry_pending, "retry-pending"), dlCell,
         td(g.newest_dead_letter_error || "", "error-text", { title: g.newest_dead_letter_error || null }),
@@ -224,7 +227,7 @@
         row.append(acts);
       }
       return row;
-    }), view.q || view.status ? "no group matches" : "no groups", admin ? 19 : 18);
+    }), view.q || view.status ? "no group matches" : "no groups", admin ? 20 : 19);
 
     const note = document.getElementById("jobs-note");
     note.textContent = ov.sidecar.leader ? "(this sidecar is the leader)" :

@@ -88,6 +88,7 @@ GRANT EXECUTE ON FUNCTION
 TO fanout_admin, fanout_producer, fanout_consumer;
 GRANT EXECUTE ON FUNCTION fanout._sequence_gap_rows() TO fanout_admin, fanout_consumer;
 GRANT EXECUTE ON FUNCTION fanout._group_view(bigint) TO fanout_admin, fanout_consumer;
+GRANT EXECUTE ON FUNCTION fanout._topic_group_view(bigint) TO fanout_admin, fanout_consumer;
 GRANT EXECUTE ON FUNCTION fanout._kpart_view(bigint, int) TO fanout_admin, fanout_consumer;
 
 GRANT SELECT ON fanout.topics TO fanout_admin, fanout_producer, fanout_consumer;
