@@ -123,3 +123,22 @@ CREATE UNLOGGED TABLE IF NOT EXISTS fanout.waiter (
     PRIMARY KEY (topic_id, waiter)
 );
 REVOKE ALL ON fanout.waiter FROM PUBLIC;
+
+-- Per group: messages its members acked and nacked (counters for the
+-- sidecar's pgq_group_acked_total / pgq_group_nacked_total and the groups
+-- view). One row per lease slot (fanout._tally, called once by each ack and
+-- nack call): an ack already holds its slot's lease row, so counting there
+-- adds no lock another member could wait for, where a row per group would
+-- serialize every member's ack behind the others' business transactions.
+-- slot_id 0 holds what deleted slots had counted (folded in by the trigger
+-- on fanout.lease deletes, fanout._tally_fold). No foreign keys (an insert
+-- would lock the group row); a group's rows go with it (trigger on
+-- fanout.consumer_group deletes).
+CREATE TABLE IF NOT EXISTS fanout.group_tally (
+    group_id  bigint NOT NULL,
+    slot_id   bigint NOT NULL,
+    acked     bigint NOT NULL DEFAULT 0,
+    nacked    bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (group_id, slot_id)
+) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
+REVOKE ALL ON fanout.group_tally FROM PUBLIC;

@@ -10,7 +10,7 @@
 -- fanout._lease_settle when it opens no page there. The caller holds the
 -- slot's lock meanwhile (taken here), so nobody sees the page between.
 -- Returns how many messages were settled (o_n). Raises as fanout.ack.
--- Tables: as fanout.ack.
+-- Tables: as fanout.ack; fanout.group_tally (fanout._tally: the group's ack counter).
 CREATE OR REPLACE FUNCTION fanout._ack(
     p_lease_id bigint, p_ids bigint[], p_checked boolean, p_defer boolean DEFAULT false,
     OUT o_n int, OUT o_defer bigint, OUT o_targets bigint[])
@@ -44,6 +44,7 @@ BEGIN
         ELSE
             PERFORM fanout._lease_settle(v_l.lease_id, v_targets, false, true);
         END IF;
+        PERFORM fanout._tally(v_l.group_id, v_l.slot_id, o_n, 0);
     END IF;
 END
 $fn$;

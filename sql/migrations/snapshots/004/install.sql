@@ -44,7 +44,9 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._reconcile_stamps.sql" . }}
 {{ template "fanout._retries_take.sql" . }}
 {{ template "fanout._sequence_gate.sql" . }}
+{{ template "fanout._tally.sql" . }}
 {{ template "fanout._topic.sql" . }}
+{{ template "fanout._topic_group_view.sql" . }}
 {{ template "fanout._try_lock.sql" . }}
 {{ template "fanout._window_page_priority.sql" . }}
 {{ template "fanout._window_scan.sql" . }}
@@ -71,6 +73,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.capture_table.sql" . }}
 {{ template "fanout.groups.sql" . }}
 {{ template "fanout.heartbeat.sql" . }}
+{{ template "fanout.nack.sql" . }}
 {{ template "fanout.partition_of.sql" . }}
 {{ template "fanout.publish.sql" . }}
 {{ template "fanout.read.sql" . }}
@@ -82,6 +85,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.wait_end.sql" . }}
 {{ template "_grants.sql" . }}
 {{ template "fanout._notify_trigger.sql" . }}
+{{ template "fanout._tally_trigger.sql" . }}
 {{ template "_attach.sql" . }}
 -- Backfills (sql/upgrade/after.sql).
 {{ template "_upgrade_after.sql" . }}
