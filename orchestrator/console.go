@@ -186,10 +186,13 @@ func (c *Console) Sample(ctx context.Context) error {
 	}
 	// The publish counters (the topics' id sequences); without the
 	// privilege to read them, no publish or settle rates.
-	published, err := readPublished(ctx, c.db)
+	counts, err := readPublished(ctx, c.db)
 	if err != nil {
 		c.log.Debug("console: publish counters not readable", "error", err)
-		published = map[string]int64{}
+	}
+	published := make(map[string]int64, len(counts))
+	for t, p := range counts {
+		published[t] = p.n
 	}
 	now := c.cfg.Clock.Now()
 	seen := make(map[groupKey]LagSample, len(rows))

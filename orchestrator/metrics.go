@@ -102,6 +102,12 @@ type statsCollector struct {
 	leaderName string
 	logger     *slog.Logger
 
+	// published keeps each topic's (by id) highest published count
+	// reported: at a rotation the jump of the sequence and the count of the
+	// partition left behind commit apart, and a counter must not go down.
+	publishedMu sync.Mutex
+	published   map[int64]int64
+
 	up, topicMessages, topicOldest, topicPartitions, topicBytes, topicDropped, topicGroups *prometheus.Desc
 	topicPublished                                                                         *prometheus.Desc
 	lagMessages, lagSeconds, deadLetters, inFlight, lost, delivered, members, status       *prometheus.Desc
@@ -239,8 +245,8 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, r := range st.Topics {
 		t := r.Text("topic")
-		if n, ok := published[t]; ok {
-			ch <- prometheus.MustNewConstMetric(c.topicPublished, prometheus.CounterValue, float64(n), t)
+		if p, ok := published[t]; ok {
+			ch <- prometheus.MustNewConstMetric(c.topicPublished, prometheus.CounterValue, float64(c.notBelow(p)), t)
 		}
 		emit(c.topicMessages, prometheus.GaugeValue, r, "messages", t)
 		emit(c.topicOldest, prometheus.GaugeValue, r, "oldest_message_age", t)
@@ -301,29 +307,59 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 // out (fanout_data.m<topic_id>.id is an identity column), where the role may
 // read the sequence: a role without USAGE on fanout_data or SELECT on the
 // sequence gets no row for it. One catalog look-up per topic, no table read.
+// publishedSQL: per topic, the ids its sequence handed out: those of the
+// storage partitions it has jumped past (fanout.topic_ids_left, added at
+// each jump) and those of the partition it is in (from that partition's
+// first id). The sequence alone jumps by 2^32 at each rotation.
 const publishedSQL = `
-SELECT t.topic, coalesce(pg_catalog.pg_sequence_last_value(q.seq::regclass), 0)
+SELECT t.topic, t.topic_id, coalesce(l.ids, 0) + coalesce(s.last - greatest(p.lo_id, 1) + 1, 0)
 FROM fanout.topics t
 CROSS JOIN LATERAL (
     SELECT CASE WHEN pg_catalog.has_schema_privilege('fanout_data', 'USAGE')
                 THEN pg_catalog.pg_get_serial_sequence(format('fanout_data.%I', 'm' || t.topic_id), 'id') END AS seq) q
+CROSS JOIN LATERAL (SELECT pg_catalog.pg_sequence_last_value(q.seq::regclass) AS last) s
+LEFT JOIN fanout.topic_ids_left l ON l.topic_id = t.topic_id
+LEFT JOIN LATERAL (
+    SELECT p.lo_id FROM fanout.partition p
+    WHERE p.topic_id = t.topic_id AND p.lo_id <= s.last
+    ORDER BY p.lo_id DESC LIMIT 1) p ON true
 WHERE q.seq IS NOT NULL
-  AND pg_catalog.has_sequence_privilege(q.seq, 'SELECT, USAGE')`
+  AND pg_catalog.has_sequence_privilege(q.seq, 'SELECT, USAGE')
+  AND pg_catalog.has_table_privilege('fanout.topic_ids_left', 'SELECT')
+  AND pg_catalog.has_table_privilege('fanout.partition', 'SELECT')`
 
-func readPublished(ctx context.Context, db DB) (map[string]int64, error) {
+// publishedCount is a topic's published count as read (publishedSQL).
+type publishedCount struct {
+	topicID, n int64
+}
+
+// notBelow returns p's count, or the highest reported for its topic if that
+// is higher (see statsCollector.published).
+func (c *statsCollector) notBelow(p publishedCount) int64 {
+	c.publishedMu.Lock()
+	defer c.publishedMu.Unlock()
+	if c.published == nil {
+		c.published = map[int64]int64{}
+	}
+	n := max(p.n, c.published[p.topicID])
+	c.published[p.topicID] = n
+	return n
+}
+
+func readPublished(ctx context.Context, db DB) (map[string]publishedCount, error) {
 	rows, err := db.Query(ctx, publishedSQL)
 	if err != nil {
 		return nil, fmt.Errorf("read published counts: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]int64{}
+	out := map[string]publishedCount{}
 	for rows.Next() {
 		var topic string
-		var n int64
-		if err := rows.Scan(&topic, &n); err != nil {
+		var p publishedCount
+		if err := rows.Scan(&topic, &p.topicID, &p.n); err != nil {
 			return nil, fmt.Errorf("read published counts: %w", err)
 		}
-		out[topic] = n
+		out[topic] = p
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read published counts: %w", err)

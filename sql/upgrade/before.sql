@@ -142,3 +142,13 @@ CREATE TABLE IF NOT EXISTS fanout.group_tally (
     PRIMARY KEY (group_id, slot_id)
 ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
 REVOKE ALL ON fanout.group_tally FROM PUBLIC;
+
+-- Per topic: the ids its sequence handed out in the storage partitions it
+-- has jumped past (fanout._manage_partitions adds the partition's at each
+-- jump). With the open partition's, that is what the topic published
+-- (rolled-back publishes included): pgq_topic_published_messages_total.
+CREATE TABLE IF NOT EXISTS fanout.topic_ids_left (
+    topic_id  bigint PRIMARY KEY REFERENCES fanout.topic ON DELETE CASCADE,
+    ids       bigint NOT NULL
+);
+REVOKE ALL ON fanout.topic_ids_left FROM PUBLIC;

@@ -68,7 +68,9 @@
 -- is recorded in fanout.maint_skip (fanout.maint_skips()) and tried again by
 -- the next call.
 -- Raises: PGQ09 (not READ COMMITTED).
--- Tables: fanout.topic, fanout.partition, fanout_data.*; reads pg_locks and pg_stat_activity.
+-- Tables: fanout.topic, fanout.partition, fanout.topic_ids_left (at a jump: the ids
+-- the sequence handed out in the partition it leaves, for the published
+-- counter), fanout_data.*; reads pg_locks and pg_stat_activity.
 CREATE OR REPLACE FUNCTION fanout._manage_partitions(p_now timestamptz DEFAULT now())
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
@@ -79,6 +81,7 @@ DECLARE
     r        record;
     v_done   int := 0;
     v_last   bigint;
+    v_called boolean;
     v_empty  boolean;
     v_bound  xid8;
     v_ref    bigint;
@@ -113,7 +116,7 @@ BEGIN
     SELECT coalesce(l.resume_after, 0) INTO v_after FROM fanout.lock_row l WHERE l.name = 'maint:manage_partitions';
     v_after := coalesce(v_after, 0);
     FOR r IN
-        SELECT t.topic_id, t.seq_name, t.data_table, t.partition_interval, c.part_no, c.relname,
+        SELECT t.topic_id, t.seq_name, t.data_table, t.partition_interval, c.part_no, c.relname, c.lo_id AS cur_lo,
                coalesce(c.opened_at, c.created_at) AS opened_at,
                n.part_no AS next_no, n.lo_id AS next_lo, n.created_xid AS next_xid, n.stale_vxids AS next_stale,
                n.stale_at AS next_stale_at, n.refresh_xid AS next_refresh_xid,
@@ -216,9 +219,16 @@ BEGIN
             EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM fanout_data.%I)', r.relname) INTO v_empty;
             CONTINUE WHEN v_empty;
             CONTINUE WHEN fanout._vxids_block(v_stale, v_since, p_now, c_stale_wait, v_rel);
-            EXECUTE format('SELECT last_value FROM fanout_data.%I', r.seq_name) INTO v_last;
+            EXECUTE format('SELECT last_value, is_called FROM fanout_data.%I', r.seq_name) INTO v_last, v_called;
             IF v_last < r.next_lo THEN
                 PERFORM setval(format('fanout_data.%I', r.seq_name)::regclass, r.next_lo, false);
+                -- The ids handed out in the partition left behind: with the
+                -- open one's, what the topic has published (the sidecar's
+                -- pgq_topic_published_messages_total), which the sequence
+                -- alone cannot say once it has jumped.
+                INSERT INTO fanout.topic_ids_left AS l (topic_id, ids)
+                VALUES (r.topic_id, CASE WHEN v_called AND v_last >= r.cur_lo THEN v_last - greatest(r.cur_lo, 1) + 1 ELSE 0 END)
+                ON CONFLICT (topic_id) DO UPDATE SET ids = l.ids + EXCLUDED.ids;
             END IF;
             -- Running xids first (pg_locks shows 32-bit xids: widen them
             -- around a reference), then a snapshot: a writer that ends in
