@@ -79,11 +79,15 @@ func TestMaintenanceDeadGroupsSliceGroups(t *testing.T) {
 			LATERAL fanout.subscribe($1, 'g' || i) s`, topic, per))
 	}
 	// Six minutes on, every group (heartbeat_timeout 5 minutes) missed one.
-	detect := func() int64 { return b.count(t, `SELECT fanout._detect_dead_groups(p_now => now() + interval '6 minutes')`) }
+	detect := func() int64 {
+		return b.count(t, `SELECT fanout._detect_dead_groups(p_now => now() + interval '6 minutes')`)
+	}
 	resume := func() int64 {
 		return b.count(t, `SELECT resume_after FROM fanout.lock_row WHERE name = 'maint:detect_dead_groups'`)
 	}
-	missed := func() int64 { return b.count(t, `SELECT count(*) FROM fanout.consumer_group WHERE missed_heartbeats = 1`) }
+	missed := func() int64 {
+		return b.count(t, `SELECT count(*) FROM fanout.consumer_group WHERE missed_heartbeats = 1`)
+	}
 	require.Positive(t, detect())
 	first := missed()
 	require.Positive(t, first)

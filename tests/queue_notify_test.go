@@ -131,4 +131,3 @@ func TestQueueNotifyWaiters(t *testing.T) {
 	b.publish(t, b.Pool, "control", `{}`)
 	require.Equal(t, []string{control}, b.qNotificationsUntil(t, listener, control))
 }
-
