@@ -242,6 +242,8 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	published, err := readPublished(ctx, c.db)
 	if err != nil {
 		c.logger.Warn("metrics: reading the topics' id sequences failed", "error", err)
+	} else {
+		c.forgetPublishedExcept(published)
 	}
 	for _, r := range st.Topics {
 		t := r.Text("topic")
@@ -347,6 +349,23 @@ func (c *statsCollector) notBelow(p publishedCount) int64 {
 	n := max(p.n, c.published[p.topicID])
 	c.published[p.topicID] = n
 	return n
+}
+
+// forgetPublishedExcept drops the highest counts kept for topics that are no
+// longer there (dropped), so a sidecar that runs for years among topics that
+// come and go keeps one entry per live topic, not per topic it ever saw.
+func (c *statsCollector) forgetPublishedExcept(live map[string]publishedCount) {
+	ids := make(map[int64]bool, len(live))
+	for _, p := range live {
+		ids[p.topicID] = true
+	}
+	c.publishedMu.Lock()
+	defer c.publishedMu.Unlock()
+	for id := range c.published {
+		if !ids[id] {
+			delete(c.published, id)
+		}
+	}
 }
 
 func readPublished(ctx context.Context, db DB) (map[string]publishedCount, error) {

@@ -215,4 +215,8 @@ func TestPublishedCounterAcrossRotations(t *testing.T) {
 	require.Equal(t, int64(7), c.notBelow(publishedCount{topicID: 1, n: 7}))
 	require.Equal(t, int64(7), c.notBelow(publishedCount{topicID: 1, n: 5}))
 	require.Equal(t, int64(2), c.notBelow(publishedCount{topicID: 2, n: 2}))
+	// A dropped topic's entry goes at the next scrape; the live one stays.
+	c.forgetPublishedExcept(map[string]publishedCount{"b": {topicID: 2, n: 2}})
+	require.Len(t, c.published, 1)
+	require.Equal(t, int64(2), c.notBelow(publishedCount{topicID: 2, n: 1}))
 }
