@@ -17,8 +17,7 @@ DECLARE
     v_g   fanout.consumer_group;
     v_now timestamptz := clock_timestamp();
 BEGIN
-    PERFORM fanout._enter($1, 'consume');
-    v_t := fanout._topic($1);
+    v_t := fanout._enter_topic($1, 'consume');
     IF $3 IS NOT NULL THEN
         $3 := fanout._check_name('consumer', $3);  -- NFC, as read stores it
     END IF;

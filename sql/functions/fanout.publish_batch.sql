@@ -36,8 +36,7 @@ DECLARE
     v_at timestamptz;
     r    record;
 BEGIN
-    PERFORM fanout._enter($1, 'publish');
-    v_t := fanout._topic($1);
+    v_t := fanout._enter_topic($1, 'publish');
     IF $2 IS NULL THEN
         RAISE EXCEPTION 'payloads must not be NULL' USING ERRCODE = 'PGQ03';
     END IF;

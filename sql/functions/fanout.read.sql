@@ -75,7 +75,7 @@ DECLARE
     v_defer     bigint;     -- the acked page whose slot the next page takes (fanout._ack, p_defer)
     v_settled   bigint[];
 BEGIN
-    PERFORM fanout._enter($1, 'consume');
+    v_t := fanout._enter_topic(p_topic, 'consume');
     IF p_max IS NULL OR p_max < 1 OR p_max > 10000 THEN
         RAISE EXCEPTION 'max_messages must be between 1 and 10000, got %', coalesce(p_max::text, 'NULL')
             USING ERRCODE = 'PGQ03';
@@ -95,7 +95,6 @@ BEGIN
         RAISE EXCEPTION 'fanout.read must run in READ COMMITTED, not %', upper(current_setting('transaction_isolation'))
             USING ERRCODE = 'PGQ09';
     END IF;
-    v_t := fanout._topic(p_topic);
     IF $7 IS NOT NULL AND v_t.partitions IS NULL THEN
         RAISE EXCEPTION 'topic % is not partitioned; read(..., partition => k) needs a partitioned topic',
             quote_literal(p_topic) USING ERRCODE = 'PGQ03';

@@ -48,8 +48,7 @@ DECLARE
     v_bit int;
     v_bf  text := 'not_needed';
 BEGIN
-    PERFORM fanout._enter($1, 'consume');
-    v_t := fanout._topic($1);
+    v_t := fanout._enter_topic($1, 'consume');
     IF v_t.semantics <> 'pubsub' THEN
         RAISE EXCEPTION 'topic % is a queue topic; only pubsub topics have subscriptions', quote_literal(v_t.topic)
             USING ERRCODE = 'PGQ19', HINT = 'queue readers just call fanout.read()';

@@ -31,6 +31,7 @@
 {{ template "fanout._done_bits.sql" . }}
 {{ template "fanout._effective_start.sql" . }}
 {{ template "fanout._enter.sql" . }}
+{{ template "fanout._enter_topic.sql" . }}
 {{ template "fanout._epoch.sql" . }}
 {{ template "fanout._grant_matches.sql" . }}
 {{ template "fanout._group_for_admin.sql" . }}

@@ -44,47 +44,10 @@ DECLARE
     v_t      fanout.topic;
     v_id     bigint;
     v_at     timestamptz;
-    v_caller oid;
 BEGIN
-    -- The caller's grant, the topic and its quota in one query: the checks
-    -- of fanout._enter (fanout._may's expression, inline) without its chain
-    -- of calls, each of which set search_path again (bench/NOTES.md,
-    -- "Wake-ups only for waiting consumers"). When it finds nothing (no
-    -- grant, no topic, a quota reached), fanout._enter and fanout._topic
-    -- raise the precise error (PGQ21, PGQ25, PGQ01, PGQ03).
-    v_caller := to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
-                                            ELSE current_setting('role') END))::oid;
-    SELECT * INTO v_t FROM fanout.topic t
-    WHERE t.topic = CASE WHEN $1 IS NULL OR getdatabaseencoding() <> 'UTF8' OR $1 IS NFC NORMALIZED THEN $1
-                         ELSE normalize($1, NFC) END
-      AND NOT EXISTS (SELECT 1 FROM fanout.quota_block q WHERE q.topic_id = t.topic_id)
-      AND (SELECT pg_has_role(v_caller, n.nspowner, 'USAGE')
-                  OR (pg_has_role(v_caller, 'fanout_producer', 'USAGE')
-                      AND EXISTS (
-                          SELECT 1 FROM fanout.topic_grant g
-                          WHERE (g.privilege = 'publish' OR g.privilege = 'admin')
-                            AND CASE WHEN right(g.pattern, 1) = '%' THEN starts_with(t.topic, left(g.pattern, -1))
-                                     ELSE t.topic = g.pattern END
-                            AND pg_has_role(v_caller, g.role, 'USAGE')))
-           FROM pg_namespace n WHERE n.nspname = 'fanout');
-    IF v_t.topic_id IS NULL OR v_caller IS NULL THEN
-        PERFORM fanout._enter($1, 'publish');
-        v_t := fanout._topic($1);
-    ELSE
-        -- As fanout._may notes an allowed caller (fanout._lock_lease).
-        IF current_setting('fanout.xact_caller', true) IS DISTINCT FROM v_caller::text THEN
-            PERFORM set_config('fanout.xact_caller',
-                               CASE WHEN coalesce(current_setting('fanout.xact_caller', true), '') = ''
-                                    THEN v_caller::text ELSE '0' END, true);
-        END IF;
-        -- fanout._enter's lock: a drop under way is waited for, then PGQ01.
-        BEGIN
-            EXECUTE format('LOCK TABLE ONLY fanout_data.%I IN ACCESS SHARE MODE', v_t.data_table);
-        EXCEPTION WHEN undefined_table THEN
-            RAISE EXCEPTION 'topic % does not exist', quote_literal($1)
-                USING ERRCODE = 'PGQ01', HINT = 'it was dropped while this call waited';
-        END;
-    END IF;
+    -- The caller's grant, the topic and its quota in one query; anything
+    -- unusual raises the precise error there.
+    v_t := fanout._enter_topic($1, 'publish');
     -- The common case is checked inline; anything unusual goes through the
     -- full checks, which raise the precise error.
     IF v_t.topic_id IS NULL OR $2 IS NULL

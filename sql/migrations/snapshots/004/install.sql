@@ -25,6 +25,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._data_table_exists.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
 {{ template "fanout._enter.sql" . }}
+{{ template "fanout._enter_topic.sql" . }}
 {{ template "fanout._group_read.sql" . }}
 {{ template "fanout._group_unread.sql" . }}
 {{ template "fanout._kpart_claim.sql" . }}
@@ -76,6 +77,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.nack.sql" . }}
 {{ template "fanout.partition_of.sql" . }}
 {{ template "fanout.publish.sql" . }}
+{{ template "fanout.publish_batch.sql" . }}
 {{ template "fanout.read.sql" . }}
 {{ template "fanout.subscribe.sql" . }}
 {{ template "fanout.topic_grants.sql" . }}
