@@ -31,8 +31,9 @@ type LagSample struct {
 // TopicSample is one point of a topic's publish sparkline.
 type TopicSample struct {
 	At time.Time `json:"t"`
-	// Published is the topic's id sequence: messages published, rolled-back
-	// publishes included.
+	// Published is the topic's published count as the metrics read it
+	// (readPublished: ids handed out, rolled-back publishes included,
+	// continuous across storage rotations).
 	Published int64 `json:"published"`
 	// PublishRate is messages published per second since the previous
 	// sample; null on the first.
@@ -40,10 +41,6 @@ type TopicSample struct {
 }
 
 type groupKey struct{ topic, group string }
-
-// partitionIDs is the id range of one storage partition of a topic's
-// message table: partition k holds ids [k << 32, (k + 1) << 32).
-const partitionIDs = int64(1) << 32
 
 // lagHistory keeps the samples of the last window per group and per topic,
 // in memory: the sidecar's own observations, not a time-series database.
@@ -89,11 +86,8 @@ func (h *lagHistory) add(now time.Time, seen map[groupKey]LagSample, published m
 		old := h.topics[t]
 		s := TopicSample{At: now, Published: n}
 		if len(old) > 0 {
-			// The id sequence jumps by about 2^32 into the next storage
-			// partition (fanout._manage_partitions): no rate across a jump.
-			if p := old[len(old)-1]; n-p.Published < partitionIDs/2 {
-				s.PublishRate = perSecond(n-p.Published, now.Sub(p.At))
-			}
+			p := old[len(old)-1]
+			s.PublishRate = perSecond(n-p.Published, now.Sub(p.At))
 		}
 		i := 0
 		for i < len(old) && old[i].At.Before(cut) {
