@@ -317,7 +317,7 @@ func TestGrantCheckedOncePerCall(t *testing.T) {
 	require.True(t, removed)
 	begin()
 	_, err = conn.Exec(b.ctx, "SELECT fanout.ack($1)", last[0].LeaseID)
-	requireSQLState(t, err, "PGQ21")
+	requireSQLState(t, err, "PGQ10") // no grant: as a lease that does not exist
 	_, err = conn.Exec(b.ctx, "ROLLBACK")
 	require.NoError(t, err)
 }
