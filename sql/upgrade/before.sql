@@ -158,12 +158,13 @@ REVOKE ALL ON fanout.topic_ids_left FROM PUBLIC;
 -- + page_no, slots from one sequence for every topic) stays what every
 -- internal look-up uses; callers get a keyed permutation of it, made where
 -- read returns it and undone where a lease id comes back (fanout._lease_raw).
--- fanout.lease is not changed. k: 32 random bytes made here, readable by
--- pgq's owner only. legacy_until: pages opened before it may still be
--- presented by their internal id, the id release 0.1.0 handed out, while
--- they are their slot's current page: the upgrade's time plus 10 minutes
--- for the 0.1.0 calls in flight while it runs (-infinity on a fresh
--- install, or an install with no topic: no such page).
+-- fanout.lease is not changed. k: a 32-byte key made here from two random
+-- UUIDs (244 random bits), readable by pgq's owner only. legacy_until:
+-- pages opened before it may still be presented by their internal id, the
+-- id release 0.1.0 handed out, while they are their slot's current page:
+-- the upgrade's time plus 10 minutes for the 0.1.0 calls in flight while
+-- it runs (-infinity on a fresh install, or an install with no topic: no
+-- such page).
 CREATE TABLE IF NOT EXISTS fanout.lease_key (
     one           boolean PRIMARY KEY DEFAULT true CHECK (one),
     k             bytea NOT NULL CHECK (length(k) = 32),

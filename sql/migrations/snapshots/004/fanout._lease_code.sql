@@ -7,8 +7,8 @@
 -- (round function: the first 32 bits of sha256(key, round, half)), walked
 -- again while its result is not positive (cycle walking), so every
 -- positive id maps to exactly one positive id and back. The key is
--- fanout.lease_key.k, 32 random bytes made at install, readable by pgq's
--- owner only: distinct pages keep distinct ids (fencing is unchanged), and
+-- fanout.lease_key.k, 32 bytes (244 random bits) made at install, readable
+-- by pgq's owner only: distinct pages keep distinct ids (fencing is unchanged), and
 -- without the key an id says nothing about its slot, page, epoch, topic or
 -- any other id. Pure arithmetic: which ids exist is fanout._lease_raw's.
 -- Returns NULL for a NULL or non-positive p_id. Tables: fanout.lease_key.
