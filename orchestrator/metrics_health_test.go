@@ -84,7 +84,7 @@ func TestMetricsHealthSeries(t *testing.T) {
 	// An inconsistency shows (a lease whose open counter disagrees with its
 	// arrays).
 	lease = b.int(t, `SELECT min(lease_id) FROM fanout.read('orders', 'email', 'c', 1)`)
-	b.exec(t, `UPDATE fanout.lease SET open_count = open_count + 5 WHERE lease_id = $1`, lease)
+	b.exec(t, `UPDATE fanout.lease SET open_count = open_count + 5 WHERE lease_id = fanout._lease_raw($1)`, lease)
 	require.Positive(t, b.int(t, `SELECT count(*) FROM fanout.check_consistency()`))
 	c := newStatsCollector(b.Pool, "", b.log)
 	_, body = scrape(t, c)

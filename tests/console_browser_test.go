@@ -85,7 +85,7 @@ func TestConsoleBrowser(t *testing.T) {
 		`SELECT * FROM fanout.publish_batch('orders.events', ARRAY['{"order": 2}', '{"order": 3}']::jsonb[])`,
 		`SELECT fanout.ack(max(lease_id)) FROM fanout.read('orders.events', 'email', 'email-worker-1', max_messages => 10)`,
 		`SELECT count(*) FROM fanout.read('orders.events', 'analytics', 'etl-1', max_messages => 2)`,
-		`SELECT fanout.ack(l.lease_id, ARRAY[l.msg_ids[2]]) + fanout.nack(l.lease_id, ARRAY[l.msg_ids[1]], retry_in => '5 minutes', error => 'warehouse down')
+		`SELECT fanout.ack(fanout._lease_code(l.lease_id, true), ARRAY[l.msg_ids[2]]) + fanout.nack(fanout._lease_code(l.lease_id, true), ARRAY[l.msg_ids[1]], retry_in => '5 minutes', error => 'warehouse down')
 		 FROM fanout.lease l JOIN fanout.consumer_group g USING (group_id) WHERE g.group_name = 'analytics'`,
 		`SELECT fanout._detect_dead_groups(now() + interval '10 seconds')`,
 		`SELECT fanout.create_topic('emails.send')`,

@@ -109,7 +109,7 @@ setup:  SELECT (SELECT string_agg(group_name || '=' || status || '/lost' || lost
 m:      SELECT fanout._cleanup_partitions(now() + interval '2 hours') => dropped2
 setup:  SELECT (SELECT string_agg(group_name || '=' || status || '/lost' || lost_messages, ';') FROM fanout.consumer_group) || ' | parts ' || (SELECT string_agg(part_no || ':' || (closed_at IS NOT NULL) || ':' || (truncated_at IS NOT NULL), ';') FROM fanout.partition) || ' | ev ' || coalesce((SELECT string_agg(kind || ':' || coalesce(group_name,'') || ':' || count, ';') FROM fanout.event_log), '') || ' | jobs ' || coalesce((SELECT string_agg(kind || ':' || status, ';') FROM fanout.bitmap_job), '')
 check:  SELECT $dropped1 = 0 AND $dropped2 = 0
-setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = $la
+setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = fanout._lease_raw($la)
 a:      SELECT string_agg(payload->>'n' || ':' || attempt, ',' ORDER BY message_id) FROM fanout.read('r', 'a') => again
 check:  SELECT '$again' = '1:2,2:2'
 `,
@@ -121,7 +121,7 @@ check:  SELECT '$again' = '1:2,2:2'
 setup:  SELECT fanout.create_topic('q')
 setup:  SELECT count(*) FROM fanout.publish_batch('q', ARRAY['{"n":1}', '{"n":2}', '{"n":3}']::jsonb[])
 a:      SELECT max(lease_id) FROM fanout.read('q', consumer => 'a', max_messages => 1, lease => '1 minute') => la
-setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = $la
+setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = fanout._lease_raw($la)
 bb:     SELECT max(lease_id) || ':' || max(attempt) || ':' || max(payload->>'n') FROM fanout.read('q', consumer => 'b', max_messages => 1) => gb
 check:  SELECT split_part('$gb', ':', 2) = '2' AND split_part('$gb', ':', 3) = '1'
 a:      SELECT count(*) FROM fanout.read('q', consumer => 'a', max_messages => 5, ack => $la) !! PGQ11
@@ -163,11 +163,11 @@ check:  SELECT count(*) = 0 FROM fanout.lease WHERE open_count > 0
 setup:  SELECT fanout.create_topic('q')
 setup:  SELECT count(*) FROM fanout.publish_batch('q', ARRAY['{"n":1}', '{"n":2}']::jsonb[])
 a:      SELECT max(lease_id) FROM fanout.read('q', consumer => 'a', max_messages => 1, lease => '1 minute') => la
-setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = $la
+setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = fanout._lease_raw($la)
 a:      SELECT string_agg(payload->>'n' || ':' || attempt, ',') || '|' || max(lease_id) FROM fanout.read('q', consumer => 'a', ack => $la) => a2
 check:  SELECT split_part('$a2', '|', 1) = '2:1'
 setup:  SELECT fanout.publish('q', '{"n":3}')
-setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = split_part('$a2', '|', 2)::bigint
+setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = fanout._lease_raw(split_part('$a2', '|', 2)::bigint)
 bb:     BEGIN
 bb:     SELECT string_agg(payload->>'n' || ':' || attempt, ',' ORDER BY message_id) FROM fanout.read('q', consumer => 'b') => b1
 check:  SELECT '$b1' = '2:2,3:1'
@@ -257,7 +257,7 @@ a:      ROLLBACK
 a:      SELECT max(lease_id) FROM fanout.read('q', consumer => 'a', lease => '1 minute') => la
 a:      BEGIN ISOLATION LEVEL REPEATABLE READ
 a:      SELECT count(*) FROM fanout.lease
-setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = $la
+setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = fanout._lease_raw($la)
 bb:     SELECT max(lease_id) FROM fanout.read('q', consumer => 'b') => lb
 a:      SELECT fanout.ack($la) !! 40001
 a:      ROLLBACK
@@ -319,14 +319,14 @@ a:      SELECT max(lease_id) || ':' || min(message_id) FROM fanout.read('q', con
 a:      SELECT fanout.ack(split_part('$la', ':', 1)::bigint, ARRAY[split_part('$la', ':', 2)::bigint]) = 1
 a:      SELECT fanout.ack(split_part('$la', ':', 1)::bigint, ARRAY[split_part('$la', ':', 2)::bigint]) = 0
 a:      SELECT fanout.ack(split_part('$la', ':', 1)::bigint, ARRAY[split_part('$la', ':', 2)::bigint + 1, 99999]) !! PGQ12
-check:  SELECT open_count = 3 FROM fanout.lease WHERE lease_id = split_part('$la', ':', 1)::bigint
+check:  SELECT open_count = 3 FROM fanout.lease WHERE lease_id = fanout._lease_raw(split_part('$la', ':', 1)::bigint)
 a:      SELECT fanout.nack(split_part('$la', ':', 1)::bigint, ARRAY[split_part('$la', ':', 2)::bigint + 1], retry_in => '0') = 1
 a:      SELECT fanout.ack(split_part('$la', ':', 1)::bigint) = 2
 a:      SELECT fanout.ack(split_part('$la', ':', 1)::bigint) = 0
 a:      SELECT fanout.nack(split_part('$la', ':', 1)::bigint) = 0
 bb:     SELECT string_agg(payload->>'n' || ':' || attempt, ',') || '|' || max(lease_id) FROM fanout.read('q', consumer => 'b', lease => '1 minute') => gb
 check:  SELECT split_part('$gb', '|', 1) = '2:2'
-setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = split_part('$gb', '|', 2)::bigint
+setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = fanout._lease_raw(split_part('$gb', '|', 2)::bigint)
 bb:     SELECT fanout.extend_lease(split_part('$gb', '|', 2)::bigint, '1 minute') > now() + interval '50 seconds'
 c:      SELECT count(*) FROM fanout.read('q', consumer => 'c') => gc
 check:  SELECT $gc = 0
@@ -343,7 +343,7 @@ setup:  SELECT fanout.create_topic('q')
 setup:  SELECT count(*) FROM fanout.publish_batch('q', ARRAY['{"n":1}', '{"n":2}']::jsonb[])
 a:      SELECT max(lease_id) || ':' || min(message_id) FROM fanout.read('q', consumer => 'a', lease => '1 minute') => la
 a:      SELECT fanout.ack(split_part('$la', ':', 1)::bigint, ARRAY[split_part('$la', ':', 2)::bigint]) = 1
-setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = split_part('$la', ':', 1)::bigint
+setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = fanout._lease_raw(split_part('$la', ':', 1)::bigint)
 bb:     SELECT string_agg(payload->>'n' || ':' || attempt, ',') || '|' || max(lease_id) FROM fanout.read('q', consumer => 'b') => gb
 check:  SELECT split_part('$gb', '|', 1) = '2:2'
 a:      SELECT fanout.ack(split_part('$la', ':', 1)::bigint) !! PGQ11
@@ -416,7 +416,7 @@ m:      SELECT fanout.run_maintenance(now() + interval '2 hours')
 a:      ROLLBACK
 m:      SELECT fanout.run_maintenance(now() + interval '2 hours')
 m:      SELECT fanout._cleanup_partitions(now() + interval '2 hours')
-setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = $la
+setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = fanout._lease_raw($la)
 a:      SELECT count(*) FROM fanout.read('r', 'a') => first
 m:      SELECT fanout._bitmap_step() + fanout._bitmap_step() + fanout._bitmap_step() + fanout._bitmap_step()
 m:      SELECT fanout._bitmap_step() + fanout._bitmap_step() + fanout._bitmap_step() + fanout._bitmap_step()
@@ -432,10 +432,10 @@ check:  SELECT $first + $second + (SELECT lost_messages FROM fanout.consumer_gro
 setup:  SELECT fanout.create_topic('q')
 setup:  SELECT fanout.publish('q', '{"n":1}')
 a:      SELECT max(lease_id) FROM fanout.read('q', consumer => 'a', lease => '1 minute') => la
-setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = $la
+setup:  UPDATE fanout.lease SET expires_at = now() - interval '1 second' WHERE lease_id = fanout._lease_raw($la)
 bb:     SELECT max(lease_id) FROM fanout.read('q', consumer => 'b', lease => '24 hours') => lb
 m:      SELECT fanout._cleanup_bookkeeping(now() + interval '2 hours')
-check:  SELECT expires_at > now() FROM fanout.lease WHERE lease_id = $lb
+check:  SELECT expires_at > now() FROM fanout.lease WHERE lease_id = fanout._lease_raw($lb)
 a:      SELECT fanout.ack($la) !! PGQ11
 `,
 

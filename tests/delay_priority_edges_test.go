@@ -348,7 +348,7 @@ func TestDelayPriorityEdgePriorityNackBytes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int64{big}, got, "highest priority first, alone under max_bytes")
 	var lease int64
-	require.NoError(t, c.QueryRow(b.ctx, `SELECT lease_id FROM fanout.lease WHERE $1 = ANY(msg_ids) AND open_count > 0`, big).Scan(&lease))
+	require.NoError(t, c.QueryRow(b.ctx, `SELECT fanout._lease_code(lease_id, true) FROM fanout.lease WHERE $1 = ANY(msg_ids) AND open_count > 0`, big).Scan(&lease))
 	require.Equal(t, 1, b.qNack(t, c, lease, nil, ptr("0 seconds"), "x"))
 	ms := b.rv4Read(t, c, "rv.pn", nil, 2, "5 minutes")
 	require.Equal(t, []int64{big, p5}, ids(ms), "retry first, then p5")

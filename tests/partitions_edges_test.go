@@ -365,7 +365,7 @@ func TestPartitionsEdgeSameConsumerTwoSessions(t *testing.T) {
 		t.Logf("cold same-name second session waited: %v", !done)
 		require.NoError(t, tx.Rollback(b.ctx))
 		require.NoError(t, <-ch)
-		_, err = b.Pool.Exec(b.ctx, `SELECT fanout.nack(lease_id) FROM fanout.lease WHERE open_count > 0`)
+		_, err = b.Pool.Exec(b.ctx, `SELECT fanout.nack(fanout._lease_code(lease_id, true)) FROM fanout.lease WHERE open_count > 0`)
 		require.NoError(t, err)
 		_, err = b.Pool.Exec(b.ctx, `UPDATE fanout.member SET last_seen = now() - interval '1 hour' WHERE consumer = 'x'`)
 		require.NoError(t, err)
@@ -405,7 +405,7 @@ func TestPartitionsEdgeSameConsumerTwoSessions(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// Release the leftover page of k by acking it.
-	_, err = b.Pool.Exec(b.ctx, `SELECT fanout.ack(lease_id) FROM fanout.lease WHERE open_count > 0`)
+	_, err = b.Pool.Exec(b.ctx, `SELECT fanout.ack(fanout._lease_code(lease_id, true)) FROM fanout.lease WHERE open_count > 0`)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
 	defer cancel()

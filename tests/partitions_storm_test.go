@@ -225,7 +225,7 @@ func TestPartitionsPageReadSkipsRetryLookups(t *testing.T) {
 	// nacked message's partition waits for it: head-of-line).
 	lease, n := page(conn)
 	require.Equal(t, 5, n)
-	_, err = conn.Exec(ctx, `SELECT fanout.nack($1, (SELECT msg_ids[1:1] FROM fanout.lease WHERE lease_id = $1),
+	_, err = conn.Exec(ctx, `SELECT fanout.nack($1, (SELECT msg_ids[1:1] FROM fanout.lease WHERE lease_id = fanout._lease_raw($1)),
 		retry_in => '1 hour')`, lease)
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `SELECT fanout.ack($1)`, lease)
@@ -249,7 +249,7 @@ func TestPartitionsPageReusesItsPartitionsSlot(t *testing.T) {
 	page := func() (lease int64, kpart int) {
 		t.Helper()
 		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT lease_id FROM fanout.read('s', 'g', 'm', 3) LIMIT 1`).Scan(&lease))
-		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT kpart FROM fanout.lease WHERE lease_id = $1`, lease).Scan(&kpart))
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT kpart FROM fanout.lease WHERE lease_id = fanout._lease_raw($1)`, lease).Scan(&kpart))
 		return lease, kpart
 	}
 	ack := func(lease int64) {
@@ -260,12 +260,15 @@ func TestPartitionsPageReusesItsPartitionsSlot(t *testing.T) {
 	first, k1 := page()  // the least recently served partition
 	second, k2 := page() // the other one, in a second slot (the first is open)
 	require.NotEqual(t, k1, k2)
-	require.NotEqual(t, first>>32, second>>32)
+	// Lease ids are opaque: compare the internal ids (slot * 2^32 + epoch * 2^16 + page).
+	rFirst, rSecond := rawLease(t, b, first), rawLease(t, b, second)
+	require.NotEqual(t, rFirst>>32, rSecond>>32)
 	ack(first)
 	ack(second) // the group's most recently freed slot
 	third, k3 := page()
+	rThird := rawLease(t, b, third)
 	require.Equal(t, k1, k3, "the least recently served partition comes next")
-	require.Equal(t, first>>32, third>>32, "the partition's own slot, not the most recently freed one")
-	require.Equal(t, first+1, third, "the slot's next page")
+	require.Equal(t, rFirst>>32, rThird>>32, "the partition's own slot, not the most recently freed one")
+	require.Equal(t, rFirst+1, rThird, "the slot's next page")
 	ack(third)
 }

@@ -422,7 +422,7 @@ func TestPartitionsRebalance(t *testing.T) {
 		}
 	}
 	var heldGen, heldPart int64
-	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT generation, kpart FROM fanout.lease WHERE lease_id = $1`,
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT generation, kpart FROM fanout.lease WHERE lease_id = fanout._lease_raw($1)`,
 		held[0].LeaseID).Scan(&heldGen, &heldPart))
 	for _, n := range names[3:7] {
 		hs[n].stop()
@@ -433,7 +433,7 @@ func TestPartitionsRebalance(t *testing.T) {
 	// The page m7 held went to the partition's new owner: m7's ack is fenced.
 	for {
 		var taken bool
-		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT cardinality(reclaimed) > 0 FROM fanout.lease WHERE lease_id = $1`,
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT cardinality(reclaimed) > 0 FROM fanout.lease WHERE lease_id = fanout._lease_raw($1)`,
 			held[0].LeaseID).Scan(&taken))
 		if taken {
 			break

@@ -96,7 +96,7 @@ func TestQueueBadInput(t *testing.T) {
 			require.Equal(t, 1, b.ack(t, b.Pool, ms[0].LeaseID, nil))
 			var consumer string
 			require.NoError(t, b.Pool.QueryRow(b.ctx,
-				"SELECT consumer FROM fanout.lease WHERE lease_id = $1", ms[0].LeaseID).Scan(&consumer))
+				"SELECT consumer FROM fanout.lease WHERE lease_id = fanout._lease_raw($1)", ms[0].LeaseID).Scan(&consumer))
 			require.Equal(t, name, consumer, "consumer names are data too")
 		}
 		var tables int

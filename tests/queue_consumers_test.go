@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -156,16 +157,16 @@ func TestQueueCompetingConsumers(t *testing.T) {
 		// What consumers received is exactly what the lease table says they held.
 		var leaseRows []got
 		rows, err := b.Pool.Query(b.ctx, `
-			SELECT l.lease_id, l.msg_ids FROM audit.lease_all l
+			SELECT fanout._lease_code(l.lease_id, true), l.msg_ids FROM audit.lease_all l
 			JOIN fanout.consumer_group g ON g.group_id = l.group_id
-			JOIN fanout.topic t ON t.topic_id = g.topic_id WHERE t.topic = $1 ORDER BY l.lease_id`, topic)
+			JOIN fanout.topic t ON t.topic_id = g.topic_id WHERE t.topic = $1 ORDER BY 1`, topic)
 		require.NoError(t, err)
 		leaseRows, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (got, error) {
 			var g got
 			return g, r.Scan(&g.lease, &g.msgs)
 		})
 		require.NoError(t, err)
-		slices.SortFunc(deliveries, func(x, y got) int { return int(x.lease - y.lease) })
+		slices.SortFunc(deliveries, func(x, y got) int { return cmp.Compare(x.lease, y.lease) })
 		require.Equal(t, len(leaseRows), len(deliveries))
 		for i := range leaseRows {
 			require.Equal(t, leaseRows[i].lease, deliveries[i].lease)
@@ -342,7 +343,7 @@ func TestQueueAckInBusinessTransaction(t *testing.T) {
 	for {
 		var past bool
 		require.NoError(t, b.Pool.QueryRow(b.ctx,
-			"SELECT created_at + interval '1.2 seconds' <= clock_timestamp() FROM fanout.lease WHERE lease_id = $1",
+			"SELECT created_at + interval '1.2 seconds' <= clock_timestamp() FROM fanout.lease WHERE lease_id = fanout._lease_raw($1)",
 			ms[0].LeaseID).Scan(&past))
 		if past {
 			break

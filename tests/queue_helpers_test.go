@@ -84,7 +84,7 @@ func (b *bundle) qWaitExpired(t *testing.T, leaseID int64) {
 	for {
 		var expired bool
 		require.NoError(t, b.Pool.QueryRow(b.ctx,
-			"SELECT expires_at <= clock_timestamp() FROM fanout.lease WHERE lease_id = $1", leaseID).Scan(&expired))
+			"SELECT expires_at <= clock_timestamp() FROM fanout.lease WHERE lease_id = fanout._lease_raw($1)", leaseID).Scan(&expired))
 		if expired {
 			return
 		}

@@ -96,7 +96,7 @@ func TestQueueRetryAndDeadLetters(t *testing.T) {
 			require.NoError(t, tx.QueryRow(b.ctx, `
 				SELECT extract(epoch FROM r.not_before - l.closed_at)::float8
 				FROM fanout.retry r JOIN fanout.lease l ON l.group_id = r.group_id
-				WHERE r.message_id = $1 AND l.lease_id = $2`,
+				WHERE r.message_id = $1 AND l.lease_id = fanout._lease_raw($2)`,
 				id, ms[0].LeaseID).Scan(&delay))
 			require.InDelta(t, want, delay, 0.001, "backoff after attempt %d", attempt+1)
 			require.NoError(t, tx.Commit(b.ctx))

@@ -48,7 +48,7 @@ func TestReadAckWritesTheSlotOnce(t *testing.T) {
 		require.Len(t, next, 1)
 		require.Equal(t, 1, updates(tx), "lease rows updated by read(ack =>) with a next page")
 		require.NoError(t, tx.Commit(b.ctx))
-		require.Equal(t, prev+1, next[0].LeaseID, "the same slot's next page")
+		require.Equal(t, rawLease(t, b, prev)+1, rawLease(t, b, next[0].LeaseID), "the same slot's next page")
 		prev = next[0].LeaseID
 	}
 	tx, err := conn.Begin(b.ctx)

@@ -1073,7 +1073,7 @@ func spLeaseHistory(ctx context.Context, t *testing.T, pool *pgxpool.Pool, lease
 		SELECT format('lease %s: %s kpart %s generation %s, created %s expires %s closed %s, ids %s settled %s reclaimed %s open %s',
 		              l.lease_id, l.consumer, l.kpart, l.generation, l.created_at::time, l.expires_at::time,
 		              l.closed_at::time, l.msg_ids, l.settled, l.reclaimed, l.open_count)
-		FROM audit.lease_all l WHERE l.lease_id = ANY ($1) ORDER BY l.created_at`, leases)
+		FROM audit.lease_all l WHERE l.lease_id IN (SELECT fanout._lease_raw(x) FROM unnest($1::bigint[]) AS x) ORDER BY l.created_at`, leases)
 	if err == nil {
 		var lines []string
 		if lines, err = pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {

@@ -122,6 +122,6 @@ func TestTenantConsumerNamesNFC(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"caf\u00e9"}, names)
 	var consumer string
-	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT consumer FROM fanout.lease WHERE lease_id = $1`, ms[0].LeaseID).Scan(&consumer))
+	require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT consumer FROM fanout.lease WHERE lease_id = fanout._lease_raw($1)`, ms[0].LeaseID).Scan(&consumer))
 	require.Equal(t, "caf\u00e9", consumer)
 }

@@ -232,6 +232,13 @@ func TestUpgradeWithTraffic(t *testing.T) {
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, "SELECT fanout.nack($1, $2, '0 seconds')", dead[0].LeaseID, ids(dead))
 	require.NoError(t, err)
+	// A lease id of the old release (a page's internal id): acked after
+	// the upgrade while it is its slot's current page (fanout._lease_raw).
+	_, err = conn.Exec(ctx, `SELECT fanout.create_topic('u_legacy'), fanout.publish('u_legacy', '{}'), fanout.publish('u_legacy', '{}')`)
+	require.NoError(t, err)
+	legacy, err := readMsgs(ctx, conn, "u_legacy", nil, "c", 1, "1 hour")
+	require.NoError(t, err)
+	require.Len(t, legacy, 1)
 	deadBefore := q(`SELECT count(*) FROM fanout.dead_letters WHERE topic = 'u_dead'`)
 	require.EqualValues(t, 1, deadBefore)
 	dedupeID := q(`SELECT fanout.publish('u_queue', '{"dedupe": 2}', dedupe_key => 'dk1')`)
@@ -502,6 +509,15 @@ func TestUpgradeWithTraffic(t *testing.T) {
 			require.Len(t, last, producers, "%s: every producer's key", k)
 		}
 	}
+	require.EqualValues(t, 1, q(`SELECT fanout.ack($1)`, legacy[0].LeaseID), "a lease read before the upgrade is acked after it")
+	require.EqualValues(t, 0, q(`SELECT fanout.ack($1)`, legacy[0].LeaseID), "acked")
+	next, err := readMsgs(ctx, conn, "u_legacy", nil, "c", 1, "1 hour")
+	require.NoError(t, err)
+	require.Len(t, next, 1)
+	require.NotEqual(t, legacy[0].LeaseID+1, next[0].LeaseID, "the slot's next page has an opaque id")
+	require.EqualValues(t, 1, q(`SELECT fanout.ack($1)`, next[0].LeaseID))
+	_, err = conn.Exec(ctx, `SELECT fanout.ack($1)`, legacy[0].LeaseID)
+	requireSQLState(t, err, "PGQ10") // no longer its slot's current page: the old form is unknown
 	inflightIDs := ids(inflight)
 	logs["u_pubsub/g2"].mu.Lock()
 	for _, id := range inflightIDs {

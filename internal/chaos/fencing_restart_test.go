@@ -31,7 +31,7 @@ func TestStaleIDAfterPlainRestart(t *testing.T) {
 	exec(db, `SELECT fanout.ack($1)`, la)
 	lb, mb := readPage(ctx, t, db, read)
 	require.Len(t, mb, 2)
-	require.Equal(t, la>>32, lb>>32, "the slot is reused")
+	require.Equal(t, rawLease(ctx, t, db, la)>>32, rawLease(ctx, t, db, lb)>>32, "the slot is reused")
 	db.Close(context.Background())
 
 	require.NoError(t, c.stop(ctx))
@@ -50,8 +50,9 @@ func TestStaleIDAfterPlainRestart(t *testing.T) {
 	}
 	lc, mc := readPage(ctx, t, w, read)
 	require.Len(t, mc, 2)
-	require.Equal(t, lb>>32, lc>>32, "the slot is reused after the restart")
-	require.Equal(t, lb&0xFFFF+1, lc&0xFFFF)
+	rb, rc := rawLease(ctx, t, w, lb), rawLease(ctx, t, w, lc)
+	require.Equal(t, rb>>32, rc>>32, "the slot is reused after the restart")
+	require.Equal(t, rb&0xFFFF+1, rc&0xFFFF)
 	require.NoError(t, w.QueryRow(ctx, `SELECT fanout.ack($1)`, lb).Scan(&n))
 	require.Zero(t, n, "the pre-restart page's id is an earlier page now")
 	require.NoError(t, w.QueryRow(ctx, `SELECT fanout.ack($1)`, lc).Scan(&n))

@@ -114,8 +114,17 @@ func (v *verdict) totals() (lost, bad, rolled int) {
 	return lost, bad, rolled
 }
 
+// order is the internal id (the id when none was read).
+func (l *leaseRow) order() int64 {
+	if l.raw != 0 {
+		return l.raw
+	}
+	return l.id
+}
+
 type leaseRow struct {
-	id                 int64
+	id                 int64 // as read returned it
+	raw                int64 // fanout.lease's (slot * 2^32 + epoch * 2^16 + page); 0: id is
 	group              string
 	created, expires   time.Time
 	msgs               []int64
@@ -149,7 +158,10 @@ func verify(ctx context.Context, dbURL, runDir string, topics []topicSpec) (*ver
 	}
 	// The server's leases: the delivery history of every message (every page
 	// of every lease slot, kept by the harness's lease log: freshDatabase).
-	rows, err = conn.Query(ctx, `SELECT l.lease_id, t.topic || '/' || coalesce(g.group_name, 'queue'), l.created_at,
+	// Keyed by the id read returned (what the workers recorded), ordered by
+	// the internal one (fanout._lease_code).
+	rows, err = conn.Query(ctx, `SELECT fanout._lease_code(l.lease_id, true), l.lease_id,
+			t.topic || '/' || coalesce(g.group_name, 'queue'), l.created_at,
 			l.expires_at, l.msg_ids, l.attempts, l.settled, l.reclaimed
 		FROM chaos.lease_all l JOIN fanout.consumer_group g USING (group_id) JOIN fanout.topic t USING (topic_id)
 		ORDER BY l.lease_id`)
@@ -158,7 +170,7 @@ func verify(ctx context.Context, dbURL, runDir string, topics []topicSpec) (*ver
 	}
 	leases := map[int64]*leaseRow{}
 	var l leaseRow
-	_, err = pgx.ForEachRow(rows, []any{&l.id, &l.group, &l.created, &l.expires, &l.msgs, &l.attempts, &l.settled,
+	_, err = pgx.ForEachRow(rows, []any{&l.id, &l.raw, &l.group, &l.created, &l.expires, &l.msgs, &l.attempts, &l.settled,
 		&l.reclaimed}, func() error {
 		c := l
 		leases[c.id] = &c
@@ -226,13 +238,13 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 	for id := range leases {
 		ids = append(ids, id)
 	}
-	// In the order they were handed out (lease ids are slot * 2^32 + page,
-	// not a clock).
+	// In the order they were handed out (internal lease ids are slot *
+	// 2^32 + epoch * 2^16 + page, not a clock).
 	slices.SortFunc(ids, func(a, b int64) int {
 		if c := leases[a].created.Compare(leases[b].created); c != 0 {
 			return c
 		}
-		return cmp.Compare(a, b)
+		return cmp.Compare(leases[a].order(), leases[b].order())
 	})
 	for _, id := range ids {
 		l := leases[id]

@@ -4,11 +4,12 @@
 -- re-delivered to another lease can no longer be settled through this one.
 -- An earlier page of a reused slot comes as an empty page (fanout._lock_lease):
 -- its messages were all settled, so nothing is (no check of p_message_ids).
--- Raises: PGQ03 NULL element, PGQ11 fenced, PGQ12 message not in the lease.
--- Touches no table.
+-- Raises: PGQ03 NULL element, PGQ11 fenced, PGQ12 message not in the lease
+-- (messages name the lease by its public id, fanout._lease_code).
+-- Tables: fanout.lease_key (for those messages only).
 CREATE OR REPLACE FUNCTION fanout._lease_targets(p_l fanout.lease, p_message_ids bigint[])
 RETURNS bigint[]
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE
@@ -34,13 +35,13 @@ BEGIN
     v_bad := ARRAY(SELECT DISTINCT x FROM unnest(v_req) AS x WHERE x = ANY (p_l.reclaimed) ORDER BY x);
     IF cardinality(v_bad) > 0 THEN
         RAISE EXCEPTION 'lease % expired and message(s) % were taken from it (re-delivered to another consumer, dead-lettered or dropped)',
-            p_l.lease_id, array_to_string(v_bad, ', ')
+            fanout._lease_code(p_l.lease_id, true), array_to_string(v_bad, ', ')
             USING ERRCODE = 'PGQ11',
                   HINT = 'roll back this transaction; the new holder will process the message(s)';
     END IF;
     v_bad := ARRAY(SELECT DISTINCT x FROM unnest(v_req) AS x WHERE x <> ALL (p_l.msg_ids) ORDER BY x);
     IF cardinality(v_bad) > 0 THEN
-        RAISE EXCEPTION 'message(s) % are not part of lease %', array_to_string(v_bad, ', '), p_l.lease_id
+        RAISE EXCEPTION 'message(s) % are not part of lease %', array_to_string(v_bad, ', '), fanout._lease_code(p_l.lease_id, true)
             USING ERRCODE = 'PGQ12';
     END IF;
     IF p_l.open_count = 0 THEN

@@ -31,13 +31,13 @@ BEGIN
     RETURN QUERY
     SELECT t.topic, g.group_name, NULL::bigint, 'error'::text,
            format('lease %s: arrays of different lengths (%s ids, %s txids, %s attempts)',
-                  l.lease_id, cardinality(l.msg_ids), cardinality(l.msg_txids), cardinality(l.attempts))
+                  fanout._lease_code(l.lease_id, true), cardinality(l.msg_ids), cardinality(l.msg_txids), cardinality(l.attempts))
     FROM fanout.lease l JOIN fanout.consumer_group g USING (group_id) JOIN fanout.topic t USING (topic_id)
     WHERE cardinality(l.msg_ids) <> cardinality(l.msg_txids) OR cardinality(l.msg_ids) <> cardinality(l.attempts)
     UNION ALL
     SELECT t.topic, g.group_name, NULL, 'error',
            format('lease %s: open_count %s but %s messages are neither settled nor reclaimed',
-                  l.lease_id, l.open_count, o.n)
+                  fanout._lease_code(l.lease_id, true), l.open_count, o.n)
     FROM fanout.lease l JOIN fanout.consumer_group g USING (group_id) JOIN fanout.topic t USING (topic_id)
     CROSS JOIN LATERAL (SELECT count(*) AS n FROM unnest(l.msg_ids) AS x
                         WHERE x <> ALL (l.settled) AND x <> ALL (l.reclaimed)) o

@@ -26,12 +26,12 @@ BEGIN
     v_l := fanout._lock_lease($1);
     IF cardinality(v_l.msg_ids) = 0 THEN
         -- An earlier page of a reused slot (fanout._lock_lease): nothing to keep.
-        RAISE EXCEPTION 'lease % was settled and its slot holds a later page', v_l.lease_id
+        RAISE EXCEPTION 'lease % was settled and its slot holds a later page', $1
             USING ERRCODE = 'PGQ10', HINT = 'a settled lease needs no extension';
     END IF;
     PERFORM fanout._lease_targets(v_l, NULL);  -- fencing
     IF greatest(v_l.expires_at, clock_timestamp()) + $2 - v_l.created_at > interval '7 days' THEN
-        RAISE EXCEPTION 'lease % would live longer than 7 days in total (read at %)', v_l.lease_id, v_l.created_at
+        RAISE EXCEPTION 'lease % would live longer than 7 days in total (read at %)', $1, v_l.created_at
             USING ERRCODE = 'PGQ22', HINT = 'settle it (ack or nack) and read the messages again';
     END IF;
     UPDATE fanout.lease l SET expires_at = greatest(l.expires_at, clock_timestamp()) + $2

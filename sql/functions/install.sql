@@ -54,7 +54,9 @@
 {{ template "fanout._kpart_page.sql" . }}
 {{ template "fanout._kpart_read.sql" . }}
 {{ template "fanout._kpart_view.sql" . }}
+{{ template "fanout._lease_code.sql" . }}
 {{ template "fanout._lease_open.sql" . }}
+{{ template "fanout._lease_raw.sql" . }}
 {{ template "fanout._lease_settle.sql" . }}
 {{ template "fanout._lease_take_over.sql" . }}
 {{ template "fanout._lease_targets.sql" . }}

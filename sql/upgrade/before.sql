@@ -152,3 +152,27 @@ CREATE TABLE IF NOT EXISTS fanout.topic_ids_left (
     ids       bigint NOT NULL
 );
 REVOKE ALL ON fanout.topic_ids_left FROM PUBLIC;
+
+-- Lease ids that reveal nothing across topics (fanout._lease_code). A
+-- page's internal id (fanout.lease.lease_id: slot_id * 2^32 + epoch * 2^16
+-- + page_no, slots from one sequence for every topic) stays what every
+-- internal look-up uses; callers get a keyed permutation of it, made where
+-- read returns it and undone where a lease id comes back (fanout._lease_raw).
+-- fanout.lease is not changed. k: a 32-byte key made here from two random
+-- UUIDs (244 random bits), readable by pgq's owner only. legacy_until:
+-- pages opened before it may still be presented by their internal id, the
+-- id release 0.1.0 handed out, while they are their slot's current page:
+-- the upgrade's time plus 10 minutes for the 0.1.0 calls in flight while
+-- it runs (-infinity on a fresh install, or an install with no topic: no
+-- such page).
+CREATE TABLE IF NOT EXISTS fanout.lease_key (
+    one           boolean PRIMARY KEY DEFAULT true CHECK (one),
+    k             bytea NOT NULL CHECK (length(k) = 32),
+    legacy_until  timestamptz NOT NULL
+);
+REVOKE ALL ON fanout.lease_key FROM PUBLIC;
+INSERT INTO fanout.lease_key (k, legacy_until)
+SELECT decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'),
+       CASE WHEN EXISTS (SELECT 1 FROM fanout.topic) THEN clock_timestamp() + interval '10 minutes'
+            ELSE '-infinity' END
+ON CONFLICT DO NOTHING;

@@ -8,7 +8,15 @@
 -- (in key order) before counting, so concurrent creators of one pattern
 -- count one after the other and never exceed it together; no tenant can
 -- hold those rows (locking them needs UPDATE on fanout.topic_grant).
--- Raises: PGQ25. Tables: fanout.topic_grant, fanout.topic,
+-- Each such row is then updated (a new version, no value changed), as
+-- fanout._lock_row_wait does: the count runs on the caller's snapshot, and
+-- a REPEATABLE READ (or SERIALIZABLE) snapshot taken before the previous
+-- creator committed would not see its topic or group. Such a caller gets a
+-- serialization failure (40001: retry the transaction) instead of counting
+-- without it; a row only locked by the previous creator let it through.
+-- Raises: PGQ25, 40001 (a REPEATABLE READ or SERIALIZABLE caller whose
+-- snapshot predates the last creator's commit under the same quota).
+-- Tables: fanout.topic_grant, fanout.topic,
 -- fanout.consumer_group.
 CREATE OR REPLACE FUNCTION fanout._quota_check(p_topic text, p_what text)
 RETURNS void
@@ -27,6 +35,8 @@ BEGIN
         ORDER BY q.pattern, q.role, q.privilege
         FOR UPDATE
     LOOP
+        UPDATE fanout.topic_grant q SET granted_at = q.granted_at
+        WHERE q.pattern = g.pattern AND q.role = g.role AND q.privilege = g.privilege;
         IF p_what = 'topics' THEN
             SELECT count(*) INTO v_n FROM fanout.topic t WHERE fanout._grant_matches(g.pattern, t.topic);
         ELSE

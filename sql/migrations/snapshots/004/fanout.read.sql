@@ -109,7 +109,7 @@ BEGIN
                OR g.group_name IS DISTINCT FROM CASE WHEN v_t.semantics = 'pubsub' THEN fanout._nfc(p_group) END
         INTO v_other
         FROM fanout.lease l JOIN fanout.consumer_group g ON g.group_id = l.group_id
-        WHERE l.slot_id = $8 >> 32;
+        WHERE l.slot_id = fanout._lease_raw($8) >> 32;  -- the internal id (fanout._lease_code)
         IF NOT FOUND OR v_other THEN
             RAISE EXCEPTION 'lease % does not exist', $8
                 USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
@@ -144,6 +144,6 @@ BEGIN
     -- The page's rows, taken-over and retried messages first: one index
     -- look-up each, by the topic's m<id>_rows (a plan cached per session).
     RETURN QUERY EXECUTE format('SELECT * FROM fanout_data.%I($1, $2, $3, $4)', v_t.data_table || '_rows')
-        USING v_p.o_lease_id, v_p.o_ids, v_p.o_txids, v_p.o_atts;
+        USING fanout._lease_code(v_p.o_lease_id, true), v_p.o_ids, v_p.o_txids, v_p.o_atts;
 END
 $fn$;

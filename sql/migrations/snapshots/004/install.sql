@@ -31,8 +31,11 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._kpart_claim.sql" . }}
 {{ template "fanout._kpart_page.sql" . }}
 {{ template "fanout._kpart_read.sql" . }}
+{{ template "fanout._lease_code.sql" . }}
 {{ template "fanout._lease_open.sql" . }}
+{{ template "fanout._lease_raw.sql" . }}
 {{ template "fanout._lease_take_over.sql" . }}
+{{ template "fanout._lease_targets.sql" . }}
 {{ template "fanout._lock_lease.sql" . }}
 {{ template "fanout._lock_row_wait.sql" . }}
 {{ template "fanout._maint_lock_topic.sql" . }}
@@ -72,6 +75,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.set_quota.sql" . }}
 {{ template "fanout.ack.sql" . }}
 {{ template "fanout.capture_table.sql" . }}
+{{ template "fanout.extend_lease.sql" . }}
 {{ template "fanout.groups.sql" . }}
 {{ template "fanout.heartbeat.sql" . }}
 {{ template "fanout.nack.sql" . }}
