@@ -366,3 +366,52 @@ func TestShardsFinishMoveSeals(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, done)
 }
+
+// TestShardsOneShardDown: with shard sb stopped at once (pg_ctl -m
+// immediate), the sharded client still publishes, reads and acks the
+// topics of sa, while a call to a topic of sb fails with
+// ErrShardUnreachable naming the shard (not a hang, not PGQ26); once sb is
+// back, its topics work again through the same client.
+func TestShardsOneShardDown(t *testing.T) {
+	e := newShardEnv(t)
+	ctx := e.ctx
+	sc, err := client.NewSharded(ctx, e.dirURL)
+	require.NoError(t, err)
+	defer sc.Close()
+	for _, topic := range []string{"a.up", "b.down"} {
+		_, err := sc.CreateTopic(ctx, topic, "queue")
+		require.NoError(t, err)
+		_, err = sc.Publish(ctx, topic, client.Message{Payload: json.RawMessage(`{"n":0}`)})
+		require.NoError(t, err)
+	}
+	page, err := sc.Read(ctx, "b.down", client.ReadOptions{MaxMessages: 10})
+	require.NoError(t, err)
+	require.Len(t, page.Messages, 1)
+
+	devdb(t, "crash", "shards-b")
+	for i := 1; i <= 3; i++ {
+		_, err = sc.Publish(ctx, "b.down", client.Message{Payload: json.RawMessage(`{"n":1}`)})
+		require.ErrorIs(t, err, client.ErrShardUnreachable, "publish %d to the downed shard", i)
+		require.Contains(t, err.Error(), `shard "sb"`)
+		_, err = sc.Read(ctx, "b.down", client.ReadOptions{MaxMessages: 10})
+		require.ErrorIs(t, err, client.ErrShardUnreachable)
+		_, err = sc.Ack(ctx, page.Lease)
+		require.ErrorIs(t, err, client.ErrShardUnreachable)
+
+		_, err = sc.PublishBatch(ctx, "a.up", []client.Message{{Payload: json.RawMessage(`{"n":1}`)}, {Payload: json.RawMessage(`{"n":2}`)}})
+		require.NoError(t, err, "the other shard's topic, round %d", i)
+	}
+	up, err := sc.Read(ctx, "a.up", client.ReadOptions{MaxMessages: 100})
+	require.NoError(t, err)
+	require.Len(t, up.Messages, 7)
+	n, err := sc.Ack(ctx, up.Lease)
+	require.NoError(t, err)
+	require.Equal(t, 7, n)
+
+	devdb(t, "start", "shards-b", strconv.Itoa(shardsPort(t)+1))
+	require.Eventually(t, func() bool {
+		_, err := sc.Publish(ctx, "b.down", client.Message{Payload: json.RawMessage(`{"n":2}`)})
+		return err == nil
+	}, time.Minute, 20*time.Millisecond, "the shard is back")
+	require.EqualValues(t, 2, countOn(t, ctx, e.b.URL, "b.down"))
+}
