@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -28,12 +31,54 @@ const CodeProxyInTransaction = "PGQ27"
 // ErrNotPlaced says that no placement of the directory matches the topic.
 var ErrNotPlaced = errors.New("topic is placed on no shard")
 
+// ErrShardUnreachable says that a call could not reach the topic's shard
+// (connection refused or timed out, the server shutting down or starting,
+// the connection lost): the shard is down, the others are not affected
+// (one pool per shard). The error names the shard and keeps the cause.
+var ErrShardUnreachable = errors.New("shard unreachable")
+
+// DefaultShardConnectTimeout bounds a connection attempt to a shard whose
+// conninfo sets no connect_timeout, so that a call to a topic on a shard
+// that does not answer fails instead of hanging (WithShardPoolConfig
+// changes it).
+const DefaultShardConnectTimeout = 5 * time.Second
+
+// shardError names the shard in err and marks it ErrShardUnreachable when
+// the shard could not be reached.
+func shardError(shard string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if unreachable(err) {
+		return fmt.Errorf("pgq client: shard %q: %w: %w", shard, ErrShardUnreachable, err)
+	}
+	return fmt.Errorf("pgq client: shard %q: %w", shard, err)
+}
+
+func unreachable(err error) bool {
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	switch {
+	case errors.As(err, &ce), errors.As(err, &ne), errors.Is(err, pgconn.ErrConnClosed),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return true
+	}
+	switch SQLState(err) {
+	case "57P01", "57P02", "57P03": // admin shutdown, crash shutdown, cannot connect now
+		return true
+	}
+	return false
+}
+
 // Sharded routes pgq calls by topic to the shard (a whole pgq database) that
 // the directory places the topic on (docs/scaling-out.md). It caches the
 // directory (fanout_directory.config) and re-reads it when its version
 // changes (polled every DirectoryRefresh) or when a shard answers PGQ26; a
 // directory that cannot be reached leaves the cached copy in use. One pool
-// per shard. Safe for concurrent use.
+// per shard: a shard that is down fails the calls of its own topics at once
+// (ErrShardUnreachable, naming the shard; a connection attempt gives up
+// after DefaultShardConnectTimeout) and leaves the other shards' calls
+// alone. Safe for concurrent use.
 //
 // Leases are a shard's: Read returns a Lease that carries the shard that
 // issued it and its topic, and Ack/Nack go to that shard, even when the
@@ -263,6 +308,9 @@ func (s *Sharded) shardPool(ctx context.Context, name string) (*pgxpool.Pool, er
 	if err != nil {
 		return nil, fmt.Errorf("pgq client: shard %q: %w", name, err)
 	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		pc.ConnConfig.ConnectTimeout = DefaultShardConnectTimeout
+	}
 	if s.cfg.poolConfig != nil {
 		s.cfg.poolConfig(name, pc)
 	}
@@ -281,22 +329,24 @@ func (s *Sharded) shardPool(ctx context.Context, name string) (*pgxpool.Pool, er
 // refused before it changed anything).
 func (s *Sharded) Do(ctx context.Context, topic string, fn func(ctx context.Context, shard string, db *pgxpool.Pool) error) error {
 	var err error
+	var last string
 	for attempt := 0; attempt < 3; attempt++ {
 		name, pool, rerr := s.route(ctx, topic)
+		last = name
 		if rerr != nil {
 			return rerr
 		}
 		if err = fn(ctx, name, pool); SQLState(err) != CodeNotOnShard {
-			return err
+			return shardError(name, err)
 		}
 		if _, rerr := s.reload(ctx); rerr != nil {
 			return errors.Join(err, rerr)
 		}
 		if next, _, rerr := s.route(ctx, topic); rerr != nil || next == name {
-			return err // the directory still says this shard: the topic does not exist there
+			return shardError(name, err) // the directory still says this shard: the topic does not exist there
 		}
 	}
-	return err
+	return shardError(last, err)
 }
 
 // ShardPool returns the name and pool of topic's shard: for a transactional
@@ -379,7 +429,8 @@ func (s *Sharded) Ack(ctx context.Context, l Lease, messageIDs ...int64) (int, e
 	if err != nil {
 		return 0, err
 	}
-	return Ack(ctx, pool, l.ID, messageIDs...)
+	n, err := Ack(ctx, pool, l.ID, messageIDs...)
+	return n, shardError(l.Shard, err)
 }
 
 // Nack gives messages of lease l back (Nack) on the shard that issued it.
@@ -388,7 +439,8 @@ func (s *Sharded) Nack(ctx context.Context, l Lease, messageIDs []int64, retryIn
 	if err != nil {
 		return 0, err
 	}
-	return Nack(ctx, pool, l.ID, messageIDs, retryIn, reason)
+	n, err := Nack(ctx, pool, l.ID, messageIDs, retryIn, reason)
+	return n, shardError(l.Shard, err)
 }
 
 func (s *Sharded) leasePool(ctx context.Context, l Lease) (*pgxpool.Pool, error) {

@@ -10,7 +10,8 @@
 # is there, else cgroup v1 cpu.cfs_quota_us; as root only. Where neither can
 # be written it says exactly why and measures uncapped. The clusters run with
 # synchronous_commit off (CPU, not the shared disk's flushes, is what the
-# shards divide). Everything is stopped at the end. Needs PL/Proxy (installed
+# shards divide). The last run stops shards-3 at once mid-run (kill-one:
+# the other shards' rate after vs before). Everything is stopped at the end. Needs PL/Proxy (installed
 # as root by scripts/deps.sh ensure plproxy).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -105,4 +106,5 @@ shards_csv=$(IFS=,; echo "${shard_urls[*]}")
 go build -o bin/pgq-shards ./cmd/pgq-shards
 # The cgroup folders go before the clusters stop (cleanup): empty first.
 bin/pgq-shards bench -directory-url "$dir_url" -shard-urls "$shards_csv" -cgroup-kind "$kind" \
-  -cgroup-dirs "$cgdirs_csv" -cap-note "$note" -cpu "$cpu" -seconds "$seconds"
+  -cgroup-dirs "$cgdirs_csv" -cap-note "$note" -cpu "$cpu" -seconds "$seconds" \
+  -kill-cmd "scripts/devdb.sh crash shards-3"

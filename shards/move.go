@@ -101,6 +101,10 @@ func conninfoOf(ctx context.Context, dir Querier, shard string) (string, error) 
 // publish there (a client with a stale directory) fails with PGQ26, which
 // makes the client re-read the directory. Then FinishMove, called until it
 // reports true, ends the move once every group has drained the old shard.
+//
+// Every step repeats safely: a Move that died (its process or a connection
+// killed, a shard down) is completed by running Move again, or by
+// FinishMove, which seals the old shard itself when the seal is missing.
 // Key partitions (create_topic's partitions) and dedupe keys are not
 // carried over: a dedupe key repeated across the move publishes again.
 func Move(ctx context.Context, dir Querier, topic, to string) error {
@@ -109,7 +113,9 @@ func Move(ctx context.Context, dir Querier, topic, to string) error {
 		return fmt.Errorf("move %q: %w", topic, err)
 	}
 	if from.name == to {
-		return nil
+		// Placed there already: a move that died after switching the
+		// directory (before or while sealing) resumes with the seal.
+		return resumeSeal(ctx, dir, topic, to)
 	}
 	toInfo, err := conninfoOf(ctx, dir, to)
 	if err != nil {
@@ -166,11 +172,43 @@ func Move(ctx context.Context, dir Querier, topic, to string) error {
 	if err := dir.QueryRow(ctx, `SELECT fanout_directory.move($1, $2)`, topic, to).Scan(new(*string)); err != nil {
 		return fmt.Errorf("move %q: directory: %w", topic, err)
 	}
+	if err := seal(ctx, old, topic, to); err != nil {
+		return fmt.Errorf("move %q: %w on %q", topic, err, from.name)
+	}
+	return nil
+}
+
+// seal installs fanout_shard on the old shard and seals topic there (both
+// repeatable: a second seal replaces the first's trigger).
+func seal(ctx context.Context, old *pgx.Conn, topic, to string) error {
 	if _, err := old.Exec(ctx, shardSQL); err != nil {
-		return fmt.Errorf("move %q: install fanout_shard on %q: %w", topic, from.name, err)
+		return fmt.Errorf("install fanout_shard: %w", err)
 	}
 	if _, err := old.Exec(ctx, `SELECT fanout_shard.seal($1, $2)`, topic, to); err != nil {
-		return fmt.Errorf("move %q: seal it on %q: %w", topic, from.name, err)
+		return fmt.Errorf("seal: %w", err)
+	}
+	return nil
+}
+
+// resumeSeal seals topic on the shard the directory says it still drains
+// on (nothing when it drains nowhere: the move was over, or never began).
+func resumeSeal(ctx context.Context, dir Querier, topic, to string) error {
+	var from, conninfo string
+	err := dir.QueryRow(ctx, `SELECT d.from_shard, s.conninfo FROM fanout_directory.draining d
+		JOIN fanout_directory.shard s ON s.shard = d.from_shard WHERE d.topic = $1`, topic).Scan(&from, &conninfo)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("move %q: directory: %w", topic, err)
+	}
+	old, err := pgx.Connect(ctx, conninfo)
+	if err != nil {
+		return fmt.Errorf("move %q: connect to %q: %w", topic, from, err)
+	}
+	defer old.Close(context.WithoutCancel(ctx))
+	if err := seal(ctx, old, topic, to); err != nil {
+		return fmt.Errorf("move %q: %w on %q", topic, err, from)
 	}
 	return nil
 }
@@ -203,7 +241,20 @@ func FinishMove(ctx context.Context, dir Querier, topic string) (bool, error) {
 			WHERE topic = $1 AND status <> 'cancelled'), 0)::bigint`, topic).Scan(&sealed, &left); err != nil {
 		return false, fmt.Errorf("finish move of %q: %w", topic, err)
 	}
-	if !sealed || left > 0 {
+	if !sealed {
+		// The move died before its seal: seal now (what running move
+		// again does); groups may still get messages published there
+		// before it, so this round does not end the move.
+		to, err := shardOf(ctx, dir, topic)
+		if err != nil {
+			return false, fmt.Errorf("finish move of %q: %w", topic, err)
+		}
+		if err := seal(ctx, old, topic, to.name); err != nil {
+			return false, fmt.Errorf("finish move of %q: %w on %q", topic, err, from)
+		}
+		return false, nil
+	}
+	if left > 0 {
 		return false, nil
 	}
 	if err := dir.QueryRow(ctx, `SELECT fanout_directory.drained($1)`, topic).Scan(new(bool)); err != nil {

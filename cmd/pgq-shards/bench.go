@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -34,7 +35,10 @@ import (
 // = published messages a group never got). The same again uncapped (the
 // control). Then the PL/Proxy path against the direct one: 8 producers
 // publishing batches of 100 to one capped shard, through
-// fanout_proxy.publish_batch in the directory database vs directly.
+// fanout_proxy.publish_batch in the directory database vs directly. Last,
+// kill-one: N = 4 (capped when the others were) for -seconds, then the 4th
+// shard cluster stopped at once (-kill-cmd) and -seconds more: the other
+// three shards' rate after the kill over their rate before it.
 
 type benchOpts struct {
 	directoryURL string   // maintenance database of the directory cluster
@@ -45,6 +49,7 @@ type benchOpts struct {
 	cpu          float64  // each shard's CPU share when capped
 	seconds      int
 	drain        time.Duration
+	killCmd      string // stops the last shard cluster at once (the kill-one run); "" skips that run
 }
 
 const (
@@ -68,6 +73,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&o.cpu, "cpu", 0.1, "each shard's CPU share when capped (cores)")
 	fs.IntVar(&o.seconds, "seconds", 10, "length of each measured run")
 	fs.DurationVar(&o.drain, "drain", 3*time.Minute, "longest wait for the groups to drain after a run")
+	fs.StringVar(&o.killCmd, "kill-cmd", "", "shell command that stops the 4th shard cluster at once (pg_ctl -m immediate): the kill-one run, last")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -100,12 +106,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	for _, cap := range modes {
 		for _, n := range []int{1, 2, 4} {
-			r, l, err := b.fanoutRun(ctx, n, cap)
+			r, err := b.fanoutRun(ctx, n, cap, false)
 			if err != nil {
 				return err
 			}
-			rates[fmt.Sprintf("%v/%d", cap, n)] = r
-			lost += l
+			rates[fmt.Sprintf("%v/%d", cap, n)] = r.rate
+			lost += r.lost
 		}
 	}
 	proxy, err := b.proxyRun(ctx, capped)
@@ -115,10 +121,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	x := func(cap bool, n int) float64 {
 		return rates[fmt.Sprintf("%v/%d", cap, n)] / rates[fmt.Sprintf("%v/1", cap)]
 	}
+	// Last: the kill-one run stops a shard cluster for good (the script
+	// stops every cluster afterwards).
+	killOne := "n/a (no -kill-cmd)"
+	if o.killCmd != "" {
+		r, err := b.fanoutRun(ctx, 4, capped, true)
+		if err != nil {
+			return err
+		}
+		lost += r.lost
+		killOne = fmt.Sprintf("%.2f", r.killRatio)
+	}
 	if capped {
 		fmt.Fprintf(stdout, "shards (uncapped control, %d cores shared): x2 %.2f, x4 %.2f\n", runtime.NumCPU(), x(false, 2), x(false, 4))
 	}
-	fmt.Fprintf(stdout, "shards: x2 %.2f, x4 %.2f, proxy %.2f, lost %d\n", x(capped, 2), x(capped, 4), proxy, lost)
+	fmt.Fprintf(stdout, "shards: x2 %.2f, x4 %.2f, proxy %.2f, lost %d, kill-one %s\n", x(capped, 2), x(capped, 4), proxy, lost, killOne)
 	return nil
 }
 
@@ -266,40 +283,67 @@ func newClient(ctx context.Context, dirURL string) (*client.Sharded, error) {
 
 func payload(p, k int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"p":%d,"k":%d}`, p, k)) }
 
-// fanoutRun is one measured run with n shards; it returns the rate
-// (published + consumed per second) and how many messages a group lost.
-func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int64, error) {
+// runResult is what fanoutRun measured.
+type runResult struct {
+	rate      float64 // published + consumed messages per second
+	lost      int64   // published messages a group never got (the killed shard's topics not counted)
+	killRatio float64 // kill-one run: the other shards' rate after the kill / before it
+}
+
+// fanoutRun is one measured run with n shards. With kill, it runs -seconds,
+// stops the last shard cluster at once (-kill-cmd), and runs -seconds more:
+// killRatio compares the other shards' rates (their topics' published +
+// consumed messages per second) in the two halves; the seconds the stop
+// command takes count in neither.
+func (b *bench) fanoutRun(ctx context.Context, n int, capped, kill bool) (runResult, error) {
 	topics := make([]string, 4*n)
 	for i := range topics {
 		topics[i] = fmt.Sprintf("bench.t%02d", i)
 	}
 	dirURL, err := b.setup(ctx, n, topics)
 	if err != nil {
-		return 0, 0, err
+		return runResult{}, err
 	}
 	sc, err := newClient(ctx, dirURL)
 	if err != nil {
-		return 0, 0, err
+		return runResult{}, err
 	}
 	defer sc.Close()
 	for _, t := range topics {
 		if _, err := sc.CreateTopic(ctx, t, "pubsub"); err != nil {
-			return 0, 0, err
+			return runResult{}, err
 		}
 		for g := 0; g < groupCount; g++ {
 			if _, err := sc.Subscribe(ctx, t, fmt.Sprintf("g%d", g)); err != nil {
-				return 0, 0, err
+				return runResult{}, err
 			}
 		}
 	}
 	if err := b.setCap(capped); err != nil {
-		return 0, 0, err
+		return runResult{}, err
 	}
 
 	published := make([]atomic.Int64, len(topics))
-	var pubTotal, conTotal, errs atomic.Int64
+	var pubTotal, conTotal, errs, downErrs atomic.Int64
 	counting := atomic.Bool{}
 	counting.Store(true)
+	// The kill-one run's per-shard counts: phase 0 before the kill, 1 after
+	// it, 2 while the stop command runs (not counted).
+	var phase atomic.Int32
+	var perShard [3][]atomic.Int64
+	for i := range perShard {
+		perShard[i] = make([]atomic.Int64, n)
+	}
+	// failed counts a failed call; one to the killed shard is expected (no
+	// log line each).
+	failed := func(what string, err error) {
+		if kill && errors.Is(err, client.ErrShardUnreachable) {
+			downErrs.Add(1)
+			return
+		}
+		errs.Add(1)
+		slog.Warn(what, "err", err)
+	}
 
 	prodCtx, stopProd := context.WithCancel(ctx)
 	var pw sync.WaitGroup
@@ -318,8 +362,7 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int
 					ids, err := sc.PublishBatch(prodCtx, topics[ti], msgs)
 					if err != nil {
 						if prodCtx.Err() == nil {
-							errs.Add(1)
-							slog.Warn("publish_batch", "err", err)
+							failed("publish_batch", err)
 						}
 						continue
 					}
@@ -327,8 +370,7 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int
 				} else {
 					if _, err := sc.Publish(prodCtx, topics[ti], client.Message{Payload: payload(p, k)}); err != nil {
 						if prodCtx.Err() == nil {
-							errs.Add(1)
-							slog.Warn("publish", "err", err)
+							failed("publish", err)
 						}
 						continue
 					}
@@ -337,6 +379,7 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int
 				published[ti].Add(int64(got))
 				if counting.Load() {
 					pubTotal.Add(int64(got))
+					perShard[phase.Load()][ti%n].Add(int64(got))
 				}
 			}
 		}(p)
@@ -369,8 +412,7 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int
 						page, err := sc.Read(conCtx, topics[ti], client.ReadOptions{Group: group, Consumer: fmt.Sprintf("c%d", s), MaxMessages: 100})
 						if err != nil {
 							if conCtx.Err() == nil {
-								errs.Add(1)
-								slog.Warn("read", "err", err)
+								failed("read", err)
 							}
 							continue
 						}
@@ -382,8 +424,7 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int
 						}
 						if _, err := sc.Ack(conCtx, page.Lease); err != nil {
 							if conCtx.Err() == nil {
-								errs.Add(1)
-								slog.Warn("ack", "err", err)
+								failed("ack", err)
 							}
 							continue // the lease expires; the messages come back
 						}
@@ -395,6 +436,7 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int
 						}
 						if counting.Load() {
 							conTotal.Add(int64(len(page.Messages)))
+							perShard[phase.Load()][ti%n].Add(int64(len(page.Messages)))
 						}
 					}
 					if idle {
@@ -413,6 +455,36 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int
 	case <-ctx.Done():
 	case <-time.After(time.Duration(b.o.seconds) * time.Second):
 	}
+	killed := -1 // the killed shard
+	var killRatio float64
+	if kill {
+		before := time.Since(start).Seconds()
+		phase.Store(2)
+		killed = n - 1
+		out, err := exec.CommandContext(ctx, "sh", "-c", b.o.killCmd).CombinedOutput()
+		if err != nil {
+			stopProd()
+			pw.Wait()
+			stopCon()
+			cw.Wait()
+			return runResult{}, fmt.Errorf("bench: -kill-cmd %q: %w: %s", b.o.killCmd, err, out)
+		}
+		phase.Store(1)
+		t1 := time.Now()
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(b.o.seconds) * time.Second):
+		}
+		after := time.Since(t1).Seconds()
+		var r0, r1 int64
+		for sh := 0; sh < killed; sh++ {
+			r0 += perShard[0][sh].Load()
+			r1 += perShard[1][sh].Load()
+		}
+		killRatio = (float64(r1) / after) / (float64(r0) / before)
+		fmt.Fprintf(b.out, "shards: kill-one: shards 0..%d %.0f msg/s before shard %d stopped, %.0f msg/s after (%.2f); calls to it failed at once: %d\n",
+			killed-1, float64(r0)/before, killed, float64(r1)/after, killRatio, downErrs.Load())
+	}
 	counting.Store(false)
 	elapsed := time.Since(start).Seconds()
 	stopProd()
@@ -424,7 +496,7 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int
 	if err := b.setCap(false); err != nil {
 		stopCon()
 		cw.Wait()
-		return 0, 0, err
+		return runResult{}, err
 	}
 	deadline := time.Now().Add(b.o.drain)
 	var pending int64
@@ -432,6 +504,9 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int
 		pending = 0
 		for g := 0; g < groupCount; g++ {
 			for ti := range topics {
+				if ti%n == killed {
+					continue // down for good
+				}
 				if d := published[ti].Load() - distinct[g][ti].Load(); d > 0 {
 					pending += d
 				}
@@ -447,6 +522,9 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int
 	var lost int64
 	for g := 0; g < groupCount; g++ {
 		for ti := range topics {
+			if ti%n == killed {
+				continue
+			}
 			if d := published[ti].Load() - int64(len(consumed[g][ti])); d > 0 {
 				lost += d
 			}
@@ -456,9 +534,12 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped bool) (float64, int
 	if capped {
 		mode = "capped"
 	}
+	if kill {
+		mode += "/kill"
+	}
 	fmt.Fprintf(b.out, "shards: N=%d %-8s %2d topics: %8.0f msg/s (publish %7.0f/s, consume %7.0f/s), errors %d, lost %d%s\n",
 		n, mode, len(topics), rate, pubRate, rate-pubRate, errs.Load(), lost, drainNote(pending))
-	return rate, lost, nil
+	return runResult{rate: rate, lost: lost, killRatio: killRatio}, nil
 }
 
 func drainNote(pending int64) string {

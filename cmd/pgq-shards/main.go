@@ -8,11 +8,18 @@
 //	pgq-shards place             --directory-url URL PATTERN SHARD
 //	pgq-shards move              --directory-url URL TOPIC SHARD
 //	pgq-shards finish-move       --directory-url URL TOPIC
+//	pgq-shards mirror            --from URL --to URL --topic TOPIC --group GROUP [--target-topic T]
+//	                             [--consumer NAME] [--lease 30s] [--max-messages 100]
 //	pgq-shards bench             (flags: pgq-shards bench -h; run by scripts/shards.sh)
 //
 // --directory-url defaults to PGQ_DIRECTORY_URL. The shard itself is a pgq
 // database migrated as usual (pgq-scheduler migrate); CONNINFO is in
 // key=value form (PL/Proxy connects with it too), without a password.
+//
+// mirror copies a topic of one pgq database (--from, $PGQ_MIRROR_FROM) into
+// a topic of another (--to, $PGQ_MIRROR_TO) through its own consumer group,
+// with dedupe_key = the source id, acking after the target commits
+// (shards.Mirror); it runs until SIGINT/SIGTERM.
 package main
 
 import (
@@ -21,11 +28,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfanout/pgq/shards"
 )
@@ -47,6 +57,8 @@ const usage = `usage:
   pgq-shards place             --directory-url URL PATTERN SHARD
   pgq-shards move              --directory-url URL TOPIC SHARD   (drain-and-switch, traffic running)
   pgq-shards finish-move       --directory-url URL TOPIC         (ends it once the old shard is drained)
+  pgq-shards mirror            --from URL --to URL --topic TOPIC --group GROUP [--target-topic T]
+                               [--consumer NAME] [--lease 30s] [--max-messages 100]   (until SIGTERM)
   pgq-shards bench             [flags]   (make shards)`
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -56,6 +68,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd, args := args[0], args[1:]
 	if cmd == "bench" {
 		return runBench(ctx, args, stdout, stderr)
+	}
+	if cmd == "mirror" {
+		return runMirror(ctx, args, stderr)
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -120,4 +135,44 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "pgq-shards: the move of %s is over\n", fs.Arg(0))
 	}
 	return nil
+}
+
+func runMirror(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mirror", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	from := fs.String("from", os.Getenv("PGQ_MIRROR_FROM"), "the source pgq database (default $PGQ_MIRROR_FROM)")
+	to := fs.String("to", os.Getenv("PGQ_MIRROR_TO"), "the target pgq database (default $PGQ_MIRROR_TO)")
+	var cfg shards.MirrorConfig
+	fs.StringVar(&cfg.Topic, "topic", "", "source topic")
+	fs.StringVar(&cfg.Group, "group", "", "the mirror's consumer group on the source topic (subscribe it first)")
+	fs.StringVar(&cfg.TargetTopic, "target-topic", "", "target topic (default: --topic); it must exist")
+	fs.StringVar(&cfg.Consumer, "consumer", "", "member name in the group (default mirror-<pid>)")
+	fs.DurationVar(&cfg.Lease, "lease", 30*time.Second, "page lease (the target's dedupe_window must exceed twice it)")
+	fs.IntVar(&cfg.MaxMessages, "max-messages", 100, "page size")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *from == "" || *to == "" || cfg.Topic == "" || cfg.Group == "" {
+		return fmt.Errorf("mirror: --from, --to, --topic and --group are required\n%s", usage)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	src, err := pgxpool.New(ctx, *from)
+	if err != nil {
+		return fmt.Errorf("mirror: source: %w", err)
+	}
+	defer src.Close()
+	dst, err := pgxpool.New(ctx, *to)
+	if err != nil {
+		return fmt.Errorf("mirror: target: %w", err)
+	}
+	defer dst.Close()
+	m, err := shards.NewMirror(ctx, src, dst, cfg)
+	if err != nil {
+		return err
+	}
+	cfg.Logger.Info("mirroring", "topic", cfg.Topic, "group", cfg.Group, "target_topic", cfg.TargetTopic)
+	err = m.Run(ctx)
+	st := m.Stats()
+	cfg.Logger.Info("stopped", "pages", st.Pages, "messages", st.Messages, "failures", st.Failures)
+	return err
 }
