@@ -68,11 +68,16 @@ BEGIN
         RETURN 0;
     END IF;
     SELECT l.resume_after INTO v_after FROM fanout.lock_row l WHERE l.name = 'maint:cleanup_partitions';
+    -- OFFSET 0 keeps each EXISTS a look-up per topic, in topic order from
+    -- v_after: without it both were planned as hashed subplans, which read
+    -- every closed partition (every pending stamp) of every topic on each
+    -- call, and a pass over n topics read n^2/100 rows.
     FOR v_t IN
         SELECT * FROM fanout.topic t
         WHERE t.topic_id > coalesce(v_after, 0)
-          AND (EXISTS (SELECT 1 FROM fanout.partition p WHERE p.topic_id = t.topic_id AND p.closed_at IS NOT NULL)
-               OR t.completion = 'reference' AND EXISTS (SELECT 1 FROM fanout.stamp_pending s WHERE s.topic_id = t.topic_id))
+          AND (EXISTS (SELECT 1 FROM fanout.partition p WHERE p.topic_id = t.topic_id AND p.closed_at IS NOT NULL OFFSET 0)
+               OR t.completion = 'reference'
+                  AND EXISTS (SELECT 1 FROM fanout.stamp_pending s WHERE s.topic_id = t.topic_id OFFSET 0))
         ORDER BY t.topic_id
         LIMIT 101
     LOOP
