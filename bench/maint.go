@@ -25,13 +25,19 @@ func init() { register(160, maintScenario{}) }
 // fanout.maint_operations(now) lists, each called again while it returns
 // > 0, at these clocks:
 //   - now: every topic's next partition is made (creation, refresh);
-//   - 2 minutes on: every topic's open partition is due for rotation;
-//   - a second later: nothing due (partition management passes once);
-//   - an hour on: every group has missed its heartbeats (3 of 5 minutes
-//     kill it) and dies, and then no group pins the closed partitions,
-//     which are past retention: dropped (their unread message counted
-//     lost). (Partitions open and close on the real clock: an hour leaves
-//     room for the real minutes the rounds before took.)
+//   - 2 minutes after that round ends: every topic's open partition is
+//     due for rotation;
+//   - a minute after that round began: nothing due (partition management
+//     passes once);
+//   - an hour after that: every group has missed its heartbeats (3 of 5
+//     minutes kill it) and dies, and then no group pins the closed
+//     partitions, which are past retention: dropped (their unread message
+//     counted lost).
+//
+// (Each round's clock is taken when it begins: partitions open and close on
+// the real clock. The groups' heartbeats are their creation: at thousands
+// of topics on a loaded machine, making them takes longer than 5 minutes,
+// and the first groups miss heartbeats in the first rounds already.)
 //
 // Reported per round: the longest single call (the sidecar's job timeout
 // bounds one call, and every call is one transaction holding its locks),
@@ -245,22 +251,36 @@ func (maintScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 		return nil, err
 	}
 	defer conn.Release()
-	var settle time.Time
-	if err := conn.QueryRow(ctx, `SELECT now()`).Scan(&settle); err != nil {
-		return nil, err
-	}
+	// Each round's clock is the database's clock when the round begins plus
+	// its offset: partitions open and close on the real clock, and at
+	// thousands of topics on a loaded machine a round takes minutes, so
+	// offsets from one start would leave most partitions not yet due two
+	// minutes on (they were opened during the first round).
 	rounds := []struct {
 		name string
 		at   time.Duration
 		r    maintRound
 	}{
 		{name: "first round (next partitions)"},
+		// every open partition was opened before this round began
 		{name: "round with every partition due", at: 2 * time.Minute},
-		{name: "round with nothing due", at: 2*time.Minute + time.Second},
+		// a minute after the round before began: every partition it opened
+		// is younger than the 1-minute interval
+		{name: "round with nothing due", at: time.Minute},
 		{name: "round with every group dead and every closed partition dropped", at: time.Hour},
 	}
+	var begun time.Time // when the round before began (database clock)
 	for i := range rounds {
-		if rounds[i].r, err = runMaintRound(ctx, conn.Conn(), settle.Add(rounds[i].at)); err != nil {
+		var now time.Time
+		if err := conn.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+			return nil, err
+		}
+		at := now.Add(rounds[i].at)
+		if i == 2 {
+			at = begun.Add(rounds[i].at)
+		}
+		begun = now
+		if rounds[i].r, err = runMaintRound(ctx, conn.Conn(), at); err != nil {
 			return nil, fmt.Errorf("%s: %w", rounds[i].name, err)
 		}
 	}
