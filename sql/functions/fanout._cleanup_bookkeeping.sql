@@ -8,7 +8,10 @@
 -- topic's fanout_data.m<id>_dedupe in block ranges (it has no index on
 -- created_at), 100 blocks per call, one pass over the topics at a time (see
 -- fanout.dedupe_sweep for the pace). Bounded: at most 10,000 rows of each
--- other kind, 100 dedupe blocks and 1,000 topics passed per call; never
+-- other kind, 100 dedupe blocks and 100 topics passed per call, and no
+-- topic passed after 250 ms (sizing a topic's table opens it: a lock held
+-- to the end of the call and a look at its file; 1,000 topics a call took
+-- a second on a loaded machine); never
 -- waits (a topic whose row an alter or a drop holds is tried again by a
 -- later call, a key a publisher holds is left to the next pass, a lease
 -- slot or member row another transaction holds to a later call). Returns
@@ -33,6 +36,7 @@ DECLARE
     v_window  interval;
     v_gone    text[];
     v_fn      regprocedure;
+    v_start   timestamptz := clock_timestamp();
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
     IF NOT fanout._try_lock('maint:cleanup_bookkeeping') THEN
@@ -111,11 +115,13 @@ BEGIN
     END IF;
     IF v_sweep.next_block IS NOT NULL THEN
         -- Past the blocks of this topic's table: on to the next topic's (the
-        -- blocks there now), at most 1,000 topics per call. A topic's row is
+        -- blocks there now), at most 100 topics per call and none after
+        -- 250 ms. A topic's row is
         -- locked (key share) before its table is opened, without waiting:
         -- a topic whose row is taken (an alter or a drop in flight) is
         -- tried again by a later call, a dropped one is passed by.
-        FOR v_i IN 1 .. 1000 LOOP
+        FOR v_i IN 1 .. 100 LOOP
+            EXIT WHEN v_i > 1 AND clock_timestamp() - v_start > interval '250 ms';
             IF v_sweep.pass_end IS NULL THEN  -- the table not sized yet
                 SELECT t.data_table INTO v_table FROM fanout.topic t WHERE t.topic_id = v_sweep.topic_id
                 FOR KEY SHARE SKIP LOCKED;

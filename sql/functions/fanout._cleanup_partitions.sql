@@ -60,6 +60,7 @@ DECLARE
     v_seen     int := 0;
     v_more     boolean := false;
     v_cut      boolean := false;
+    v_free     boolean;
     c_budget   constant interval := '250 ms';
     v_start    timestamptz := clock_timestamp();
 BEGIN
@@ -68,11 +69,16 @@ BEGIN
         RETURN 0;
     END IF;
     SELECT l.resume_after INTO v_after FROM fanout.lock_row l WHERE l.name = 'maint:cleanup_partitions';
+    -- OFFSET 0 keeps each EXISTS a look-up per topic, in topic order from
+    -- v_after: without it both were planned as hashed subplans, which read
+    -- every closed partition (every pending stamp) of every topic on each
+    -- call, and a pass over n topics read n^2/100 rows.
     FOR v_t IN
         SELECT * FROM fanout.topic t
         WHERE t.topic_id > coalesce(v_after, 0)
-          AND (EXISTS (SELECT 1 FROM fanout.partition p WHERE p.topic_id = t.topic_id AND p.closed_at IS NOT NULL)
-               OR t.completion = 'reference' AND EXISTS (SELECT 1 FROM fanout.stamp_pending s WHERE s.topic_id = t.topic_id))
+          AND (EXISTS (SELECT 1 FROM fanout.partition p WHERE p.topic_id = t.topic_id AND p.closed_at IS NOT NULL OFFSET 0)
+               OR t.completion = 'reference'
+                  AND EXISTS (SELECT 1 FROM fanout.stamp_pending s WHERE s.topic_id = t.topic_id OFFSET 0))
         ORDER BY t.topic_id
         LIMIT 101
     LOOP
@@ -192,14 +198,40 @@ BEGIN
                 IF v_t.sequence_ordering THEN
                     PERFORM fanout._sequence_dropped(v_t.topic_id, v_p);
                 END IF;
-                -- TRUNCATE locks only the partition (readers lock the parent
-                -- first, so a DROP here could deadlock with them).
-                EXECUTE format('TRUNCATE fanout_data.%I', v_p.relname);
-                IF v_done_rel IS NOT NULL THEN
-                    EXECUTE format('TRUNCATE fanout_data.%I', v_done_rel);
+                -- Dropped at once when its parent (and in reference mode
+                -- the completion table) is free this instant (NOWAIT, the
+                -- partition already held: the order of the drops below);
+                -- else emptied with TRUNCATE, which locks only the partition
+                -- (readers lock the parent first, so waiting for it here
+                -- could deadlock with them), and dropped by a later call.
+                -- Not both: TRUNCATE builds every index of the partition
+                -- anew, empty, and each build syncs its new file to disk,
+                -- several syncs per partition for nothing when the drop
+                -- follows in the same transaction.
+                v_free := true;
+                BEGIN
+                    EXECUTE format('LOCK TABLE ONLY fanout_data.%I IN ACCESS EXCLUSIVE MODE NOWAIT', v_t.data_table);
+                    IF v_done_rel IS NOT NULL THEN
+                        EXECUTE format('LOCK TABLE ONLY fanout_data.%I IN ACCESS EXCLUSIVE MODE NOWAIT',
+                                       v_t.data_table || '_done');
+                    END IF;
+                EXCEPTION WHEN lock_not_available THEN
+                    v_free := false;
+                END;
+                IF v_free THEN
+                    EXECUTE format('DROP TABLE fanout_data.%I', v_p.relname);
+                    IF v_done_rel IS NOT NULL THEN
+                        EXECUTE format('DROP TABLE IF EXISTS fanout_data.%I', v_done_rel);
+                    END IF;
+                    DELETE FROM fanout.partition p WHERE p.topic_id = v_p.topic_id AND p.part_no = v_p.part_no;
+                ELSE
+                    EXECUTE format('TRUNCATE fanout_data.%I', v_p.relname);
+                    IF v_done_rel IS NOT NULL THEN
+                        EXECUTE format('TRUNCATE fanout_data.%I', v_done_rel);
+                    END IF;
+                    UPDATE fanout.partition p SET truncated_at = clock_timestamp()
+                    WHERE p.topic_id = v_p.topic_id AND p.part_no = v_p.part_no;
                 END IF;
-                UPDATE fanout.partition p SET truncated_at = clock_timestamp()
-                WHERE p.topic_id = v_p.topic_id AND p.part_no = v_p.part_no;
                 IF v_total > 0 THEN
                     UPDATE fanout.topic t SET dropped_unread = t.dropped_unread + v_total
                     WHERE t.topic_id = v_t.topic_id;

@@ -48,8 +48,14 @@
 -- Must run in READ COMMITTED (each statement needs a fresh snapshot).
 -- Bounded: it works through the topics in slices, resuming after the last
 -- topic it visited on its next call (fanout.lock_row's resume_after): at
--- most 100 topics and 50 steps per call, and no topic begun once the call
--- has run 250 ms, whether that topic has a step to do or only waits
+-- most 100 topics, 50 steps and 8 partition tables created per call (a
+-- creation is the one costly step: a table, its TOAST table and index and
+-- one build per index, each build syncing its new file to disk, so its
+-- time is the disk's; a reference-mode topic's completion partition counts
+-- as a second table), and no topic begun once the call has run 250 ms, or
+-- once the time it has run plus its longest step so far would pass 250 ms
+-- (the budget is not overrun by a whole step), whether that topic has a
+-- step to do or only waits
 -- (recording the transactions a step waits for is work too: thousands of
 -- topics' worth made one call take seconds). The running transactions are
 -- read once per call (fanout._running_vxids: pg_locks and
@@ -100,8 +106,13 @@ DECLARE
     c_func       constant text := 'fanout._manage_partitions';
     c_slice      constant int := 100;
     c_steps      constant int := 50;
+    c_creates    constant int := 8;
     c_budget     constant interval := '250 ms';
     v_start      timestamptz := clock_timestamp();
+    v_created    int := 0;        -- partition tables created by this call
+    v_step_at    timestamptz;     -- when the current topic's visit began
+    v_step_max   interval := '0'; -- the longest visit (step) of this call
+    v_is_ref     boolean;
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
     IF current_setting('transaction_isolation') <> 'read committed' THEN
@@ -125,25 +136,42 @@ BEGIN
         JOIN LATERAL (SELECT p.* FROM fanout.partition p
                       WHERE p.topic_id = t.topic_id AND p.closed_at IS NULL
                       ORDER BY p.part_no LIMIT 1) c ON true
-        LEFT JOIN fanout.partition n ON n.topic_id = t.topic_id AND n.part_no = c.part_no + 1
+        -- LATERAL with LIMIT (which keeps the planner from turning it back
+        -- into a join): one index look-up per topic of the slice. As a
+        -- plain join it was planned as a merge join whose scan of the
+        -- partitions began at the first topic, not at v_after: each call
+        -- read every partition of the topics before its slice, and a pass
+        -- over n topics read n^2/100 rows.
+        LEFT JOIN LATERAL (SELECT p.* FROM fanout.partition p
+                           WHERE p.topic_id = t.topic_id AND p.part_no = c.part_no + 1 LIMIT 1) n ON true
         WHERE t.topic_id > v_after
         ORDER BY t.topic_id
         LIMIT c_slice + 1
     LOOP
-        -- A slice of 100 topics, 50 steps, and no topic begun once the call
-        -- has run 250 ms (creating a partition is DDL: thousands of topics
-        -- due at once are worked through in calls that stay short); the
-        -- rest from this topic on, on the next call.
-        IF v_seen >= c_slice OR v_done >= c_steps OR (v_seen > 0 AND clock_timestamp() - v_start > c_budget) THEN
+        -- A slice of 100 topics, 50 steps, 8 partition tables created, and
+        -- no topic begun once the call has run 250 ms or would pass it with
+        -- one more step as long as its longest so far (creating a partition
+        -- is DDL: thousands of topics due at once are worked through in
+        -- calls that stay short); the rest from this topic on, on the next
+        -- call.
+        IF v_step_at IS NOT NULL THEN  -- the visit before this one (a step or not)
+            v_step_max := greatest(v_step_max, clock_timestamp() - v_step_at);
+        END IF;
+        v_is_ref := r.completion = 'reference';
+        IF v_seen >= c_slice OR v_done >= c_steps
+           OR (r.next_no IS NULL AND v_created + CASE WHEN v_is_ref THEN 2 ELSE 1 END > c_creates AND v_created > 0)
+           OR (v_seen > 0 AND clock_timestamp() - v_start + v_step_max > c_budget) THEN
             v_more := true;
             EXIT;
         END IF;
         v_seen := v_seen + 1;
         v_cursor := r.topic_id;
+        v_step_at := clock_timestamp();
         BEGIN  -- one topic's failure is logged and skipped (fanout._maint_failed)
         IF r.next_no IS NULL THEN
             CONTINUE WHEN NOT fanout._maint_lock_topic(c_func, r.topic_id);
             PERFORM fanout._create_partition(r.topic_id, r.part_no + 1);
+            v_created := v_created + CASE WHEN v_is_ref THEN 2 ELSE 1 END;
             v_done := v_done + 1;
         ELSE
             -- Jump only into a partition whose creation has committed: if this
