@@ -661,7 +661,8 @@ func TestCaptureFencesEachStatement(t *testing.T) {
 // at exactly max_payload_bytes, for every operation, naming the element; a
 // numeric key's message_group (no regular expression: over 512 characters
 // refused); text keys the cheap test cannot vouch for (a leading space or
-// non-ASCII letter: published; a control character: refused); a pubsub
+// non-ASCII letter: published; a control character: refused); statements
+// of no row (nothing published, no error); a pubsub
 // topic that blocks writes without subscriptions (PGQ07, but not for a
 // statement that changes nothing); and on a key-partitioned topic each
 // message's partition by fanout.partition_of, over a count raised since the
@@ -716,6 +717,11 @@ func TestCaptureChecksAtTheEdges(t *testing.T) {
 	_, err = db.Exec(b.ctx, `UPDATE edge SET memo = repeat('f', $1) WHERE id = 2`, exact)
 	requireSQLState(t, err, "PGQ05")
 	exec(`UPDATE edge SET memo = memo WHERE id = 2`) // nothing changed: nothing published
+	// Statements of no row publish nothing and fail nothing (an INSERT or
+	// DELETE of no row failed with "dimension values cannot be null").
+	exec(`DELETE FROM edge WHERE id = -1`)
+	exec(`INSERT INTO edge SELECT 9, 'x' WHERE false`)
+	exec(`UPDATE edge SET memo = 'x' WHERE id = -1`)
 	require.Equal(t, 4, count())
 
 	// Message groups: a numeric key without a regular expression, text keys.
