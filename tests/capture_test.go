@@ -654,3 +654,114 @@ func TestCaptureFencesEachStatement(t *testing.T) {
 	require.NoError(t, atx.Commit(b.ctx))
 	requireSQLState(t, <-wrote, "PGQ01")
 }
+
+// The checks the generated trigger function makes on its way into the
+// topic's table, at their edges: the size (payload, headers and
+// message_group as text) refused one byte over max_payload_bytes and taken
+// at exactly max_payload_bytes, for every operation, naming the element; a
+// numeric key's message_group (no regular expression: over 512 characters
+// refused); text keys the cheap test cannot vouch for (a leading space or
+// non-ASCII letter: published; a control character: refused); statements
+// of no row (nothing published, no error); a pubsub
+// topic that blocks writes without subscriptions (PGQ07, but not for a
+// statement that changes nothing); and on a key-partitioned topic each
+// message's partition by fanout.partition_of, over a count raised since the
+// capture was made.
+func TestCaptureChecksAtTheEdges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	db := b.Pool
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := db.Exec(b.ctx, sql, args...)
+		require.NoError(t, err, sql)
+	}
+	const max = 1000
+	b.createTopic(t, db, "edge.changes", fmt.Sprintf("max_payload_bytes => %d", max))
+	exec(`CREATE TABLE edge (id bigint PRIMARY KEY, memo text)`)
+	exec(`SELECT fanout.capture_table('edge', 'edge.changes')`)
+	tbl := b.dataTable(t, "edge.changes")
+	size := func() int {
+		t.Helper()
+		var n int
+		require.NoError(t, db.QueryRow(b.ctx, `SELECT octet_length(payload::text) + octet_length(headers::text)
+		                                              + coalesce(octet_length(message_group), 0)
+		                                       FROM fanout_data.`+tbl+` ORDER BY id DESC LIMIT 1`).Scan(&n))
+		return n
+	}
+	count := func() int {
+		t.Helper()
+		var n int
+		require.NoError(t, db.QueryRow(b.ctx, `SELECT count(*) FROM fanout_data.`+tbl).Scan(&n))
+		return n
+	}
+	exec(`INSERT INTO edge VALUES (1, 'a')`)
+	exact := 1 + max - size() // the memo's length that makes a message of exactly max bytes
+	exec(`INSERT INTO edge VALUES (2, repeat('b', $1))`, exact)
+	require.Equal(t, max, size(), "a message of exactly max_payload_bytes is published")
+	_, err := db.Exec(b.ctx, `INSERT INTO edge VALUES (3, repeat('c', $1))`, exact+1)
+	requireSQLState(t, err, "PGQ05")
+	_, err = db.Exec(b.ctx, `INSERT INTO edge VALUES (4, 'd'), (5, repeat('e', $1))`, exact+1)
+	requireSQLState(t, err, "PGQ05")
+	require.Contains(t, err.Error(), "(element 2)")
+	require.Equal(t, 2, count(), "a refused statement publishes nothing")
+	// A delete's message has the size of the insert's ('delete', 'insert').
+	exec(`DELETE FROM edge WHERE id = 2`)
+	require.Equal(t, max, size())
+	exec(`INSERT INTO edge VALUES (2, repeat('b', $1))`, exact)
+	exec(`ALTER TABLE edge ADD COLUMN pad text`)
+	_, err = db.Exec(b.ctx, `DELETE FROM edge WHERE id = 2`) // its image now has "pad": null
+	requireSQLState(t, err, "PGQ05")
+	exec(`ALTER TABLE edge DROP COLUMN pad`)
+	// An update's message carries the new row and the changed old value.
+	_, err = db.Exec(b.ctx, `UPDATE edge SET memo = repeat('f', $1) WHERE id = 2`, exact)
+	requireSQLState(t, err, "PGQ05")
+	exec(`UPDATE edge SET memo = memo WHERE id = 2`) // nothing changed: nothing published
+	// Statements of no row publish nothing and fail nothing (an INSERT or
+	// DELETE of no row failed with "dimension values cannot be null").
+	exec(`DELETE FROM edge WHERE id = -1`)
+	exec(`INSERT INTO edge SELECT 9, 'x' WHERE false`)
+	exec(`UPDATE edge SET memo = 'x' WHERE id = -1`)
+	require.Equal(t, 4, count())
+
+	// Message groups: a numeric key without a regular expression, text keys.
+	b.createTopic(t, db, "keys.changes")
+	exec(`CREATE TABLE nkey (id numeric PRIMARY KEY); CREATE TABLE tkey (id text PRIMARY KEY)`)
+	exec(`SELECT fanout.capture_table('nkey', 'keys.changes'); SELECT fanout.capture_table('tkey', 'keys.changes')`)
+	exec(`INSERT INTO nkey VALUES (1.5), (('1' || repeat('0', 510))::numeric)`)
+	_, err = db.Exec(b.ctx, `INSERT INTO nkey VALUES (('1' || repeat('0', 512))::numeric)`)
+	requireSQLState(t, err, "PGQ04")
+	exec(`INSERT INTO tkey VALUES (' x'), ('éa')`)
+	_, err = db.Exec(b.ctx, `INSERT INTO tkey VALUES (E'a\x7f')`)
+	requireSQLState(t, err, "PGQ04")
+	var groups []string
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT array_agg(message_group ORDER BY id) FROM fanout_data.`+
+		b.dataTable(t, "keys.changes")).Scan(&groups))
+	require.Equal(t, []string{"1.5", "1" + strings.Repeat("0", 510), " x", "éa"}, groups)
+
+	// A pubsub topic that blocks writes without subscriptions.
+	b.createTopic(t, db, "blk.changes", "semantics => 'pubsub'", "block_writes_without_subscriptions => true")
+	exec(`CREATE TABLE blk (id int PRIMARY KEY)`)
+	exec(`SELECT fanout.capture_table('blk', 'blk.changes')`)
+	_, err = db.Exec(b.ctx, `INSERT INTO blk VALUES (1)`)
+	requireSQLState(t, err, "PGQ07")
+	exec(`UPDATE blk SET id = 2 WHERE id = 1`) // no row: no message, no error
+	exec(`SELECT fanout.subscribe('blk.changes', 'g')`)
+	exec(`INSERT INTO blk VALUES (1)`)
+
+	// Key partitions, over the count of the moment.
+	b.createTopic(t, db, "kp.changes", "partitions => 3")
+	exec(`CREATE TABLE kp (id int PRIMARY KEY, v int)`)
+	exec(`SELECT fanout.capture_table('kp', 'kp.changes')`)
+	exec(`INSERT INTO kp SELECT g, 0 FROM generate_series(1, 50) g`)
+	exec(`SELECT fanout.alter_topic('kp.changes', partitions => 7)`)
+	exec(`UPDATE kp SET v = 1`)
+	kt := b.dataTable(t, "kp.changes")
+	var wrong, over int
+	require.NoError(t, db.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE kpart <> CASE payload->>'op' WHEN 'insert' THEN fanout._kpart_of(message_group, 3)
+	                                                                                      ELSE fanout.partition_of('kp.changes', message_group) END),
+	                                              count(*) FILTER (WHERE kpart >= 3)
+	                                       FROM fanout_data.`+kt).Scan(&wrong, &over))
+	require.Zero(t, wrong, "every message in its key's partition")
+	require.Positive(t, over, "the raised count is used")
+}

@@ -11,6 +11,7 @@
 {{ template "fanout._capture_check_owner.sql" . }}
 {{ template "fanout._capture_generate.sql" . }}
 {{ template "fanout._capture_install.sql" . }}
+{{ template "fanout._capture_refuse.sql" . }}
 {{ template "fanout._check_grant_args.sql" . }}
 {{ template "fanout._check_message.sql" . }}
 {{ template "fanout._check_name.sql" . }}

@@ -18,20 +18,23 @@
 --      ACCESS EXCLUSIVE first, so the topic cannot be dropped under the
 --      statement or before the writer's transaction ends; a table dropped
 --      while this waited (42P01) takes the general path below;
---   3. builds the messages set-based from the transition tables (shape:
---      docs/capture.md; insert and delete straight from one side, update
---      zips old and new rows, which the transition tables hold in step: a
---      key change is a delete and an insert, an update of no captured
---      column publishes nothing), and in the same query whether any can
---      fail a check (size, message_group);
---   4. only then checks them one by one (fanout._check_message raises
---      PGQ05/PGQ04 naming the element), and a pubsub topic's
---      block_writes_without_subscriptions (PGQ07);
---   5. inserts through the topic's fanout_data.m<id>_insert_batch (static
---      call; the insert path every publish_batch takes, with its NOTIFY).
+--   3. builds the messages set-based from the transition tables and
+--      inserts them into the topic's message table in ONE static INSERT
+--      (shape: docs/capture.md; insert and delete straight from one side,
+--      update zips old and new rows, which the transition tables hold in
+--      step: a key change is a delete and an insert, an update of no
+--      captured column publishes nothing). Each message passes a cheap test
+--      on its way (its key present, the size as fanout._check_message
+--      measures it, exact; the message_group: a number key by its length,
+--      other keys by fanout._check_name's quick form; a pubsub block read
+--      in step 1); one that fails it goes through fanout._capture_refuse,
+--      which raises what publish_batch raises (PGQ03, PGQ05, PGQ04, PGQ07,
+--      naming the element), or passes it. No call of the topic's insert
+--      functions: the key partition (partitioned topics) is
+--      fanout._kpart_of inline over the count read in step 1.
 -- When the topic was dropped (PGQ01), re-created under another id, or is
--- sequence-ordered, it goes through fanout.publish_batch instead, which
--- raises what publish raises.
+-- sequence-ordered, it builds the arrays and goes through
+-- fanout.publish_batch instead, which raises what publish raises.
 -- Row images are to_jsonb(row) and keys are read from it, so a column added,
 -- dropped or renamed later changes the images from the next statement on,
 -- without regenerating; a statement on a row whose image lacks a captured
@@ -53,6 +56,15 @@ DECLARE
     v_key   text;
     v_grp   text;
     v_nokey text;
+    v_num   text;
+    v_kcol  text := '';
+    v_kpart text := '';
+    v_ins   text;
+    v_del   text;
+    v_upd   text;
+    v_trunc text;
+    v_write text;
+    v_tail  text := ') r) x';
     v_tag   text;
     v_sql   text;
 BEGIN
@@ -70,6 +82,95 @@ BEGIN
     v_grp := CASE WHEN cardinality(v_c.key_columns) = 1 THEN format('s.j ->> %L', v_c.key_columns[1])
                   ELSE v_key || '::text' END;
     v_nokey := (SELECT string_agg(format('s.j -> %L IS NULL', k), ' OR ') FROM unnest(v_c.key_columns) AS k);
+    -- The message_group test, chosen per key: a one-column key whose value
+    -- is a JSON number (an integer or numeric key) has a message_group of
+    -- ASCII digits, sign, point and exponent, valid exactly when it has at
+    -- most 512 characters: no regular expression. Whether the value is a
+    -- number is read per row (the column's type may be altered later).
+    -- Other keys (text, composite) take the regular expressions.
+    v_num := CASE WHEN cardinality(v_c.key_columns) = 1
+                  THEN format('jsonb_typeof(s.j -> %L) = ''number''', v_c.key_columns[1]) ELSE 'false' END;
+    IF v_t.partitions IS NOT NULL THEN
+        -- The key partition: fanout._kpart_of inline (no function call per
+        -- row), over the count read with the topic's row; a NULL
+        -- message_group at random, as the topic's insert functions do.
+        v_kcol := ', kpart';
+        v_kpart := ', coalesce(((''x'' || substr(md5(x.g), 1, 8))::bit(32)::bigint % v_parts)::int,
+                               floor(random() * v_parts)::int)';
+    END IF;
+    -- Each operation's messages as rows (p payload, h headers, g
+    -- message_group, nokey, num), in publishing order. OFFSET 0 keeps each
+    -- transition row's to_jsonb (and a pair's images) computed once: a
+    -- subquery pulled up would compute it again at every reference.
+    v_ins := format($q$SELECT jsonb_build_object('op', 'insert', 'table', v_table, 'key', %1$s, 'new', %2$s) AS p,
+                       v_h AS h, %3$s AS g, %4$s AS nokey, %5$s AS num
+                FROM (SELECT to_jsonb(n) AS j FROM fanout_new n OFFSET 0) s$q$, v_key, v_img, v_grp, v_nokey, v_num);
+    v_del := format($q$SELECT jsonb_build_object('op', 'delete', 'table', v_table, 'key', %1$s, 'old', %2$s) AS p,
+                       v_h AS h, %3$s AS g, %4$s AS nokey, %5$s AS num
+                FROM (SELECT to_jsonb(o) AS j FROM fanout_old o OFFSET 0) s$q$, v_key, v_img, v_grp, v_nokey, v_num);
+    -- The transition tables hold an UPDATE's old and new rows in step (row
+    -- i of each is one updated row); zipped by position (row_number over
+    -- each scan; a join on the position costs a fifth of unnesting two
+    -- arrays of the images), not by key. A pair with the
+    -- same key is an update (published when a captured column changed),
+    -- one whose key changed a delete of the old key and an insert of the
+    -- new one; deletes first, then the rows in the order the statement
+    -- wrote them (a sorted subquery is never pulled up: its order holds).
+    v_upd := format($q$SELECT CASE z.op
+                           WHEN 'update' THEN jsonb_build_object('op', 'update', 'table', v_table, 'key', z.nk,
+                                                                 'new', z.nimg, 'old', z.d -> 'old',
+                                                                 'changed', z.d -> 'changed')
+                           WHEN 'delete' THEN jsonb_build_object('op', 'delete', 'table', v_table, 'key', z.ok,
+                                                                 'old', z.oimg)
+                           ELSE jsonb_build_object('op', 'insert', 'table', v_table, 'key', z.nk, 'new', z.nimg)
+                       END AS p,
+                       CASE z.op WHEN 'update' THEN v_h
+                                 ELSE jsonb_build_object('pgq_capture', v_table, 'op', z.op) END AS h,
+                       CASE z.op WHEN 'delete' THEN z.og ELSE z.ng END AS g, z.nokey,
+                       CASE z.op WHEN 'delete' THEN z.onum ELSE z.nnum END AS num
+                FROM (SELECT w.*, o.op
+                      FROM (SELECT nn.ord, nn.k AS nk, nn.g AS ng, nn.img AS nimg, nn.num AS nnum,
+                                   oo.k AS ok, oo.g AS og, oo.img AS oimg, oo.num AS onum, nn.nokey OR oo.nokey AS nokey,
+                                   -- The captured columns whose value changed, and their old values.
+                                   CASE WHEN nn.k = oo.k THEN
+                                       (SELECT jsonb_build_object('changed', to_jsonb(array_agg(c ORDER BY c)),
+                                                                  'old', jsonb_object_agg(c, oo.img -> c))
+                                        FROM jsonb_object_keys(nn.img) AS c
+                                        WHERE nn.img -> c IS DISTINCT FROM oo.img -> c
+                                        HAVING count(*) > 0) END AS d
+                            FROM (SELECT %1$s AS k, %2$s AS g, %3$s AS img, (%4$s) AS nokey, %5$s AS num, s.ord
+                                  FROM (SELECT to_jsonb(x) AS j, row_number() OVER () AS ord FROM fanout_new x) s
+                                  OFFSET 0) nn
+                            JOIN (SELECT %1$s AS k, %2$s AS g, %3$s AS img, (%4$s) AS nokey, %5$s AS num, s.ord
+                                  FROM (SELECT to_jsonb(x) AS j, row_number() OVER () AS ord FROM fanout_old x) s
+                                  OFFSET 0) oo ON oo.ord = nn.ord
+                            OFFSET 0) w
+                      CROSS JOIN LATERAL unnest(CASE WHEN w.nk IS DISTINCT FROM w.ok THEN '{delete,insert}'::text[]
+                                                     WHEN w.d IS NOT NULL THEN '{update}'::text[]
+                                                     ELSE '{}'::text[] END) AS o(op)) z
+                ORDER BY z.op = 'delete' DESC, z.ord$q$, v_key, v_grp, v_img, v_nokey, v_num);
+    v_trunc := $q$SELECT jsonb_build_object('op', 'truncate', 'table', v_table) AS p, v_h AS h, NULL::text AS g,
+                       false AS nokey, false AS num$q$;
+    -- The messages straight into the topic's table (static SQL, planned
+    -- once per session), each through a cheap test: its key present, no
+    -- pubsub block, its size within max_payload_bytes (payload, headers and
+    -- message_group as text: fanout._check_message's measure, exact), its
+    -- message_group valid by the test chosen above. A message that fails
+    -- the test goes through fanout._capture_refuse (PGQ03, or
+    -- fanout._check_message: PGQ05, PGQ04, PGQ07, naming the element),
+    -- which raises, or passes it when the test was only unsure.
+    v_write := format($q$INSERT INTO %1$s (headers, message_group, payload%2$s)
+                SELECT x.h, x.g,
+                       CASE WHEN x.nokey OR v_block
+                                 OR octet_length(x.p::text) + v_hlen + coalesce(octet_length(x.g), 0) > v_max
+                                 OR CASE WHEN x.num THEN octet_length(x.g) > 512
+                                         ELSE x.g IS NOT NULL AND NOT (x.g ~ '^[!-~]' AND char_length(x.g) <= 512
+                                                                       AND x.g !~ '[[:cntrl:]]') END
+                            THEN fanout._capture_refuse(%3$L, v_table, %4$L, x.nokey, x.p, x.h, x.g, x.i)
+                            ELSE x.p END%5$s
+                FROM (SELECT r.p, r.h, r.g, r.nokey, r.num, row_number() OVER () AS i FROM ($q$,
+                      format('fanout_data.%I', v_t.data_table), v_kcol, v_t.topic,
+                      array_to_string(v_c.key_columns, ', '), v_kpart);
     -- The body's dollar quote: a random tag that occurs nowhere else in the
     -- function (a topic or a column may be named with any characters).
     LOOP
@@ -82,6 +183,8 @@ BEGIN
         AS %11$s
         DECLARE
             v_table    text := format('%%I.%%I', TG_TABLE_SCHEMA, TG_TABLE_NAME);
+            v_h        jsonb;
+            v_hlen     int;
             v_caller   oid;
             v_set      text;
             v_ok       boolean;
@@ -90,23 +193,21 @@ BEGIN
             v_id       bigint;
             v_seqord   boolean;
             v_max      int;
-            v_pubsub   boolean;
-            v_t        fanout.topic;
-            v_hlen     int;
+            v_parts    int;
+            v_block    boolean;
             v_payloads jsonb[];
             v_groups   text[];
             v_headers  jsonb[];
-            v_bad      boolean;
             v_nokey    boolean;
-            v_i        int;
         BEGIN
             -- 1. The writer's publish grant, by fanout._may's rule for this
             --    topic (superuser or pgq's owner; else fanout_producer and a
             --    publish or admin grant whose pattern matches, held by a role
             --    the caller has the privileges of), the topic's bytes quota
-            --    (fanout.quota_block) and the topic's row, in one static
-            --    query on every statement: a grant revoked meanwhile refuses
-            --    the next one.
+            --    (fanout.quota_block), the topic's row and, for a pubsub
+            --    topic that blocks writes without subscriptions, whether it
+            --    has none: one static query on every statement, so a grant
+            --    revoked meanwhile refuses the next one.
             SELECT c.r,
                    pg_has_role(c.r, n.nspowner, 'USAGE')
                    OR (pg_has_role(c.r, 'fanout_producer', 'USAGE')
@@ -116,9 +217,11 @@ BEGIN
                                               ELSE g.pattern = %2$L END
                                      AND pg_has_role(c.r, g.role, 'USAGE'))),
                    EXISTS (SELECT 1 FROM fanout.quota_block q WHERE q.topic_id = %8$s),
-                   t.topic_id, t.sequence_ordering, t.max_payload_bytes,
+                   t.topic_id, t.sequence_ordering, t.max_payload_bytes, t.partitions,
                    t.semantics = 'pubsub' AND t.block_writes_without_subscriptions
-            INTO v_caller, v_ok, v_blocked, v_id, v_seqord, v_max, v_pubsub
+                   AND NOT EXISTS (SELECT 1 FROM fanout.consumer_group cg
+                                   WHERE cg.topic_id = t.topic_id AND cg.status = 'active')
+            INTO v_caller, v_ok, v_blocked, v_id, v_seqord, v_max, v_parts, v_block
             FROM (SELECT to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
                                                      ELSE current_setting('role') END))::oid AS r) c
             JOIN pg_namespace n ON n.nspname = 'fanout'
@@ -154,115 +257,59 @@ BEGIN
                     v_other := true;
                 END;
             END IF;
-            -- The length of a message's headers as text: the same for every
-            -- op ('insert', 'update', 'delete' have six letters each).
-            v_hlen := octet_length(jsonb_build_object('pgq_capture', v_table, 'op', 'update')::text);
-            -- 3. The messages, and whether one of them can fail a check
-            --    (size over max_payload_bytes, a key that is no valid
-            --    message_group): one query per statement.
-            IF TG_OP = 'TRUNCATE' THEN
-                v_payloads := ARRAY[jsonb_build_object('op', 'truncate', 'table', v_table)];
-                v_headers := ARRAY[jsonb_build_object('pgq_capture', v_table, 'op', 'truncate')];
-                v_nokey := false;
-                v_bad := octet_length(v_payloads[1]::text) + octet_length(v_headers[1]::text) > v_max;
-            ELSIF TG_OP = 'INSERT' THEN
-                SELECT array_agg(m.p), array_agg(m.g), bool_or(m.nokey),
-                       bool_or(octet_length(m.p::text) + v_hlen + coalesce(octet_length(m.g), 0) > v_max
-                               OR (m.g IS NOT NULL AND NOT (m.g ~ '^[!-~]' AND char_length(m.g) <= 512
-                                                            AND m.g !~ '[[:cntrl:]]')))
-                INTO v_payloads, v_groups, v_nokey, v_bad
-                FROM (SELECT jsonb_build_object('op', 'insert', 'table', v_table, 'key', %5$s, 'new', %4$s) AS p,
-                             %6$s AS g, %9$s AS nokey
-                      FROM (SELECT to_jsonb(n) AS j FROM fanout_new n) s) m;
-                v_headers := array_fill(jsonb_build_object('pgq_capture', v_table, 'op', 'insert'),
-                                        ARRAY[cardinality(v_payloads)]);
-            ELSIF TG_OP = 'DELETE' THEN
-                SELECT array_agg(m.p), array_agg(m.g), bool_or(m.nokey),
-                       bool_or(octet_length(m.p::text) + v_hlen + coalesce(octet_length(m.g), 0) > v_max
-                               OR (m.g IS NOT NULL AND NOT (m.g ~ '^[!-~]' AND char_length(m.g) <= 512
-                                                            AND m.g !~ '[[:cntrl:]]')))
-                INTO v_payloads, v_groups, v_nokey, v_bad
-                FROM (SELECT jsonb_build_object('op', 'delete', 'table', v_table, 'key', %5$s, 'old', %4$s) AS p,
-                             %6$s AS g, %9$s AS nokey
-                      FROM (SELECT to_jsonb(o) AS j FROM fanout_old o) s) m;
-                v_headers := array_fill(jsonb_build_object('pgq_capture', v_table, 'op', 'delete'),
-                                        ARRAY[cardinality(v_payloads)]);
-            ELSE
-                -- The transition tables hold an UPDATE's old and new rows
-                -- in step (row i of each is one updated row); zipped, not
-                -- joined. A pair with the same key is an update (published
-                -- when a captured column changed), one whose key changed a
-                -- delete of the old key and an insert of the new one;
-                -- deletes first, then the rows in the order the statement
-                -- wrote them.
-                SELECT array_agg(m.p), array_agg(m.g),
-                       array_agg(jsonb_build_object('pgq_capture', v_table, 'op', m.op)), bool_or(m.nokey),
-                       bool_or(octet_length(m.p::text) + v_hlen + coalesce(octet_length(m.g), 0) > v_max
-                               OR (m.g IS NOT NULL AND NOT (m.g ~ '^[!-~]' AND char_length(m.g) <= 512
-                                                            AND m.g !~ '[[:cntrl:]]')))
-                INTO v_payloads, v_groups, v_headers, v_nokey, v_bad
-                FROM (
-                    SELECT CASE v.op
-                               WHEN 'update' THEN jsonb_build_object('op', 'update', 'table', v_table, 'key', nn.k,
-                                                                     'new', nn.img, 'old', d.old_changed,
-                                                                     'changed', to_jsonb(d.changed))
-                               WHEN 'delete' THEN jsonb_build_object('op', 'delete', 'table', v_table, 'key', oo.k,
-                                                                     'old', oo.img)
-                               ELSE jsonb_build_object('op', 'insert', 'table', v_table, 'key', nn.k, 'new', nn.img)
-                           END AS p,
-                           CASE v.op WHEN 'delete' THEN oo.g ELSE nn.g END AS g, v.op, nn.nokey OR oo.nokey AS nokey
-                    FROM ROWS FROM (unnest(ARRAY(SELECT to_jsonb(x) FROM fanout_old x)),
-                                    unnest(ARRAY(SELECT to_jsonb(x) FROM fanout_new x))) WITH ORDINALITY AS u(oj, nj, ord)
-                    CROSS JOIN LATERAL (SELECT %5$s AS k, %6$s AS g, %4$s AS img, (%9$s) AS nokey
-                                        FROM (SELECT u.nj AS j) s) nn
-                    CROSS JOIN LATERAL (SELECT %5$s AS k, %6$s AS g, %4$s AS img, (%9$s) AS nokey
-                                        FROM (SELECT u.oj AS j) s) oo
-                    CROSS JOIN LATERAL (
-                        SELECT array_agg(c ORDER BY c) AS changed, jsonb_object_agg(c, oo.img -> c) AS old_changed
-                        FROM jsonb_object_keys(nn.img) AS c
-                        WHERE nn.k = oo.k AND nn.img -> c IS DISTINCT FROM oo.img -> c) d
-                    CROSS JOIN LATERAL (VALUES (false, 'delete'), (true, 'insert'), (true, 'update')) AS v(phase, op)
-                    WHERE CASE v.op WHEN 'update' THEN d.changed IS NOT NULL ELSE nn.k IS DISTINCT FROM oo.k END
-                    -- One sort for the arrays: aggregates over a sorted
-                    -- subquery take its order.
-                    ORDER BY v.phase, u.ord) m;
-            END IF;
-            IF v_payloads IS NULL THEN
-                RETURN NULL;
-            END IF;
-            IF v_nokey THEN
-                RAISE EXCEPTION 'table %% has no column %% of its captured primary key any more', v_table, %10$L
-                    USING ERRCODE = 'PGQ03',
-                          HINT = format('the table''s owner calls fanout.capture_table(%%L, %%L) again', v_table, %2$L);
-            END IF;
+            -- The operation's headers (an UPDATE's deletes and inserts have
+            -- their own) and their length as text, the same for 'insert',
+            -- 'update' and 'delete' (six letters each).
+            v_h := jsonb_build_object('pgq_capture', v_table, 'op', lower(TG_OP));
+            v_hlen := octet_length(v_h::text);
             IF v_other THEN
                 -- Dropped (PGQ01), created again under another id, or made
                 -- sequence-ordered: fanout.publish_batch raises what
                 -- publish raises, or publishes.
+                IF TG_OP = 'INSERT' THEN
+                    SELECT array_agg(x.p), array_agg(x.h), array_agg(x.g), bool_or(x.nokey)
+                    INTO v_payloads, v_headers, v_groups, v_nokey FROM (%4$s) x;
+                ELSIF TG_OP = 'DELETE' THEN
+                    SELECT array_agg(x.p), array_agg(x.h), array_agg(x.g), bool_or(x.nokey)
+                    INTO v_payloads, v_headers, v_groups, v_nokey FROM (%5$s) x;
+                ELSIF TG_OP = 'UPDATE' THEN
+                    SELECT array_agg(x.p), array_agg(x.h), array_agg(x.g), bool_or(x.nokey)
+                    INTO v_payloads, v_headers, v_groups, v_nokey FROM (%6$s) x;
+                ELSE
+                    SELECT array_agg(x.p), array_agg(x.h), array_agg(x.g), bool_or(x.nokey)
+                    INTO v_payloads, v_headers, v_groups, v_nokey FROM (%7$s) x;
+                END IF;
+                IF v_payloads IS NULL THEN
+                    RETURN NULL;
+                END IF;
+                IF v_nokey THEN
+                    RAISE EXCEPTION 'table %% has no column %% of its captured primary key any more', v_table, %10$L
+                        USING ERRCODE = 'PGQ03',
+                              HINT = format('the table''s owner calls fanout.capture_table(%%L, %%L) again', v_table, %2$L);
+                END IF;
                 PERFORM fanout.publish_batch(%2$L, v_payloads, v_headers, v_groups);
                 RETURN NULL;
             END IF;
-            -- 4. Only what can fail is checked by fanout._check_message (as
-            --    fanout.publish_batch does): it names the element and raises
-            --    PGQ05/PGQ04; a pubsub topic that blocks writes without
-            --    subscriptions is checked once (PGQ07).
-            IF v_bad THEN
-                v_t := fanout._topic(%2$L::text);
-                FOR v_i IN 1 .. cardinality(v_payloads) LOOP
-                    PERFORM fanout._check_message(v_t, v_payloads[v_i], v_headers[v_i], v_groups[v_i], v_i);
-                END LOOP;
-            ELSIF v_pubsub THEN
-                v_t := fanout._topic(%2$L::text);
-                PERFORM fanout._check_message(v_t, v_payloads[1], v_headers[1], v_groups[1], 1);
+            -- 3. The messages, built set-based from the transition tables
+            --    (shape: docs/capture.md) and inserted into the topic's
+            --    table by one static INSERT, each checked on its way (see
+            --    fanout._capture_generate). The message table's own
+            --    triggers run as on every publish (NOTIFY).
+            IF TG_OP = 'INSERT' THEN
+                %9$s;
+            ELSIF TG_OP = 'DELETE' THEN
+                %12$s;
+            ELSIF TG_OP = 'UPDATE' THEN
+                %13$s;
+            ELSE
+                %14$s;
             END IF;
-            -- 5. The topic's insert function, as publish_batch inserts.
-            PERFORM %7$s(v_payloads, v_headers, v_groups);
             RETURN NULL;
         END
         %11$s$ddl$,
-        v_fn, v_t.topic, format('fanout_data.%I', v_t.data_table), v_img, v_key, v_grp,
-        format('fanout_data.%I', v_t.data_table || '_insert_batch'), v_t.topic_id, v_nokey,
-        array_to_string(v_c.key_columns, ', '), v_tag);
+        v_fn, v_t.topic, format('fanout_data.%I', v_t.data_table), v_ins, v_del, v_upd, v_trunc, v_t.topic_id,
+        v_write || v_ins || v_tail, array_to_string(v_c.key_columns, ', '), v_tag,
+        v_write || v_del || v_tail, v_write || v_upd || v_tail, v_write || v_trunc || v_tail);
         EXIT WHEN length(v_sql) - length(replace(v_sql, v_tag, '')) = 2 * length(v_tag);
     END LOOP;
     EXECUTE v_sql;

@@ -18,6 +18,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._capture_check_owner.sql" . }}
 {{ template "fanout._capture_generate.sql" . }}
 {{ template "fanout._capture_install.sql" . }}
+{{ template "fanout._capture_refuse.sql" . }}
 {{ template "fanout._check_order_options.sql" . }}
 {{ template "fanout._check_subscribe_limits.sql" . }}
 {{ template "fanout._check_topic_settings.sql" . }}
