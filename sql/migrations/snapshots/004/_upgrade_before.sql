@@ -152,3 +152,17 @@ CREATE TABLE IF NOT EXISTS fanout.topic_ids_left (
     ids       bigint NOT NULL
 );
 REVOKE ALL ON fanout.topic_ids_left FROM PUBLIC;
+
+-- Subscription filters (fanout.subscribe(..., filter =>), fanout.set_filter;
+-- docs/filters.md): a group's filter is a JSON object its messages' headers
+-- must contain (NULL: every message). The window walker passes the others
+-- over as if acked and counts them: per group (unpartitioned topics) and
+-- per key partition (partitioned ones); the groups view sums them
+-- (filtered_total).
+ALTER TABLE fanout.consumer_group ADD COLUMN IF NOT EXISTS filter jsonb;
+ALTER TABLE fanout.consumer_group ADD COLUMN IF NOT EXISTS filtered bigint NOT NULL DEFAULT 0;
+ALTER TABLE fanout.kpart ADD COLUMN IF NOT EXISTS filtered bigint NOT NULL DEFAULT 0;
+-- When alter_topic(priorities => false) turned a topic's priority order
+-- off (NULL: priorities apply once a message has one): reads go in commit
+-- order from each position's next window; publishes may still pass a priority.
+ALTER TABLE fanout.topic ADD COLUMN IF NOT EXISTS priorities_dropped_at timestamptz;

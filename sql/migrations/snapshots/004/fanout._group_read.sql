@@ -3,9 +3,11 @@
 -- after its argument checks and the ack => of the previous page), made under
 -- the group row's lock (fanout._lock_group): the expired leases' un-acked
 -- messages (fanout._lease_take_over), the due retries (fanout._retries_take),
--- then the group's stream (fanout._window_walk; on a sequence-ordered topic
+-- then the group's stream (fanout._window_walk, with the group's filter, by
+-- priority unless the topic's priorities were dropped and the window
+-- read by priority is done; on a sequence-ordered topic
 -- filtered by fanout._sequence_gate), and the group row written once
--- (position, delivered count, throttled heartbeat). An idle poll (nothing to
+-- (position, delivered and filtered counts, throttled heartbeat). An idle poll (nothing to
 -- hand out, heartbeat fresh) locks and writes nothing (checked first only
 -- when the session's previous read of the group was empty).
 -- p_settling: the lease id of the caller's previous page, which
@@ -89,16 +91,21 @@ BEGIN
     -- (redeliveries above are bounded by count); its first message always comes.
     IF cardinality(o_ids) < p_max THEN
         SELECT * INTO v_w FROM fanout._window_walk(v_g.group_id, p_t.topic_id, p_t.data_table, NULL, false,
-                                                   p_t.prioritized, p_max - cardinality(o_ids), p_max_bytes,
+                                                   p_t.prioritized AND (p_t.priorities_dropped_at IS NULL
+                                                                        OR v_g.prio_level IS NOT NULL),
+                                                   p_max - cardinality(o_ids), p_max_bytes,
                                                    v_g.win_lo, v_g.win_hi, v_g.cur_txid, v_g.cur_id,
                                                    v_g.effective_start_id, v_g.bit_no,
-                                                   v_g.prio_level, v_g.prio_txid, v_g.prio_id);
+                                                   v_g.prio_level, v_g.prio_txid, v_g.prio_id,
+                                                   p_filter => v_g.filter,
+                                                   p_prio_ends => p_t.priorities_dropped_at IS NOT NULL);
         v_moved := v_w.o_changed;
         v_ids := v_w.o_ids;
         v_txids := v_w.o_txids;
         IF v_moved THEN
             v_g.win_lo := v_w.o_lo; v_g.win_hi := v_w.o_hi; v_g.cur_txid := v_w.o_cur_txid; v_g.cur_id := v_w.o_cur_id;
             v_g.prio_level := v_w.o_plvl; v_g.prio_txid := v_w.o_ptx; v_g.prio_id := v_w.o_pid;
+            v_g.filtered := v_g.filtered + v_w.o_filtered;
         END IF;
         IF p_t.sequence_ordering AND cardinality(v_ids) > 0 THEN
             SELECT g.o_ids, g.o_txids INTO v_ids, v_txids
@@ -114,7 +121,7 @@ BEGIN
         UPDATE fanout.consumer_group g
         SET win_lo = v_g.win_lo, win_hi = v_g.win_hi, cur_txid = v_g.cur_txid, cur_id = v_g.cur_id,
             prio_level = v_g.prio_level, prio_txid = v_g.prio_txid, prio_id = v_g.prio_id,
-            delivered = g.delivered + cardinality(o_ids),
+            delivered = g.delivered + cardinality(o_ids), filtered = v_g.filtered,
             last_read_at = p_now, last_heartbeat = p_now, missed_heartbeats = 0
         WHERE g.group_id = v_g.group_id;
     END IF;
