@@ -13,7 +13,7 @@
 -- counts and its page (lease_id) back.
 -- Returns the page as fanout._group_read does (o_lease_id NULL: nothing to
 -- hand out from this partition now).
--- Tables: fanout.kpart, fanout.lease, fanout.retry, fanout.dead_letter,
+-- Tables: fanout.kpart, fanout.group_filter, fanout.lease, fanout.retry, fanout.dead_letter,
 -- fanout.event_log, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout._kpart_page(
     p_t fanout.topic, p_g fanout.consumer_group, p_k fanout.kpart, p_consumer text, p_max int,
@@ -33,6 +33,7 @@ DECLARE
     -- PostgreSQL's 16 fast-path slots per transaction go through the shared
     -- lock table, on one partition per relation for every member of a storm).
     v_retries boolean;
+    v_filter  jsonb;
 BEGIN
     IF p_k.lease_id IS NOT NULL THEN
         SELECT * INTO v_l FROM fanout.lease l
@@ -95,6 +96,9 @@ BEGIN
 
     -- 3. The partition's stream.
     IF coalesce(cardinality(o_ids), 0) = 0 THEN
+        IF p_t.has_filters THEN  -- the group's subscription filter (fanout.set_filter)
+            SELECT f.filter INTO v_filter FROM fanout.group_filter f WHERE f.group_id = p_g.group_id;
+        END IF;
         SELECT * INTO v_w FROM fanout._window_walk(p_g.group_id, p_t.topic_id, p_t.data_table, p_k.kpart,
                                                    p_t.whole_transactions,
                                                    p_t.prioritized AND (p_t.priorities_dropped_at IS NULL
@@ -103,7 +107,7 @@ BEGIN
                                                    p_k.win_lo, p_k.win_hi, p_k.cur_txid, p_k.cur_id,
                                                    p_g.effective_start_id, p_g.bit_no,
                                                    p_k.prio_level, p_k.prio_txid, p_k.prio_id,
-                                                   p_filter => p_g.filter,
+                                                   p_filter => v_filter,
                                                    p_prio_ends => p_t.priorities_dropped_at IS NOT NULL);
         o_ids := v_w.o_ids; o_txids := v_w.o_txids;
         o_atts := array_fill(1, ARRAY[cardinality(v_w.o_ids)]);

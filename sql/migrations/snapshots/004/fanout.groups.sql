@@ -15,8 +15,9 @@
 -- it was created (fanout.group_tally; a nack that dead-letters counts as a
 -- nack, and in dead_lettered_total); filter, the group's subscription
 -- filter (NULL: none), and filtered_total, messages it passed over because
--- their headers did not contain it (fanout.consumer_group.filtered, or the
--- sum over the key partitions, fanout.kpart.filtered; docs/filters.md).
+-- their headers did not contain it (fanout.group_filter, and on a
+-- partitioned topic the sum over the key partitions, fanout.kpart.filtered;
+-- docs/filters.md).
 -- lag_messages is what the group still has to be handed: unread, expired
 -- and waiting messages (a stuck aggregate or a dead consumer shows as lag);
 -- the unread count uses index scans: O(lag), one statement per topic
@@ -27,7 +28,7 @@
 -- caller sees other rows.
 -- Tables: fanout.consumer_group, fanout.topic, fanout.member, fanout.lease,
 -- fanout.retry, fanout.seq_wait, fanout.dead_letter, fanout.bitmap_job, fanout.group_stat, fanout.group_tally,
--- fanout.kpart,
+-- fanout.group_filter, fanout.kpart,
 -- fanout_data.*.
 CREATE OR REPLACE VIEW fanout.groups WITH (security_barrier) AS
 SELECT t.topic, g.group_name, g.status,
@@ -53,11 +54,12 @@ SELECT t.topic, g.group_name, g.status,
        coalesce((SELECT s.dead_lettered FROM fanout.group_stat s WHERE s.group_id = g.group_id), 0)
            AS dead_lettered_total,
        coalesce(k.acked, 0) AS acked_total, coalesce(k.nacked, 0) AS nacked_total,
-       g.filter,
-       g.filtered + CASE WHEN t.partitions IS NOT NULL
-                         THEN coalesce((SELECT sum(kp.filtered) FROM fanout.kpart kp
-                                        WHERE kp.group_id = g.group_id), 0)::bigint
-                         ELSE 0 END AS filtered_total
+       gf.filter,
+       coalesce(gf.filtered, 0)
+           + CASE WHEN t.partitions IS NOT NULL AND gf.group_id IS NOT NULL
+                  THEN coalesce((SELECT sum(kp.filtered) FROM fanout.kpart kp
+                                 WHERE kp.group_id = g.group_id), 0)::bigint
+                  ELSE 0 END AS filtered_total
 FROM fanout.topic t
 CROSS JOIN LATERAL fanout._topic_group_view(t.topic_id) u
 JOIN fanout.consumer_group g ON g.group_id = u.group_id
@@ -71,4 +73,5 @@ LEFT JOIN LATERAL (SELECT j.status, j.processed, j.total,
                                                         - j.started_at), 0))::float8 AS rate
                    FROM fanout.bitmap_job j WHERE j.group_id = g.group_id AND j.kind = 'backfill') b ON true
 LEFT JOIN LATERAL (SELECT sum(c.acked)::bigint AS acked, sum(c.nacked)::bigint AS nacked
-                   FROM fanout.group_tally c WHERE c.group_id = g.group_id) k ON true;
+                   FROM fanout.group_tally c WHERE c.group_id = g.group_id) k ON true
+LEFT JOIN fanout.group_filter gf ON gf.group_id = g.group_id;

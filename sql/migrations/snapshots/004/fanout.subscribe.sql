@@ -29,7 +29,7 @@
 -- SERIALIZABLE transaction whose snapshot predates another new group's
 -- commit: its max_groups count would miss that group; retry).
 -- Tables: fanout.topic, fanout.lock_row (the topic's, for a new group), fanout.topic_grant
--- (quota rows locked), fanout.consumer_group, fanout.kpart (partitioned topics:
+-- (quota rows locked), fanout.consumer_group, fanout.group_filter, fanout.kpart (partitioned topics:
 -- the group's partition cursors), fanout.event_log, fanout_data.*.
 CREATE OR REPLACE FUNCTION fanout.subscribe(
     topic             text,
@@ -117,9 +117,11 @@ BEGIN
                 quote_literal($2), quote_literal(v_t.topic)
                 USING ERRCODE = 'PGQ16', HINT = 'subscribe under a new group name';
         END IF;
-        IF $11 IS NOT NULL AND v_filter IS DISTINCT FROM v_g.filter THEN
+        IF $11 IS NOT NULL AND v_filter IS DISTINCT FROM
+                (SELECT f.filter FROM fanout.group_filter f WHERE f.group_id = v_g.group_id) THEN
             RAISE EXCEPTION 'group % of topic % exists with another filter (%)', quote_literal($2),
-                quote_literal(v_t.topic), coalesce(v_g.filter::text, 'none')
+                quote_literal(v_t.topic),
+                coalesce((SELECT f.filter FROM fanout.group_filter f WHERE f.group_id = v_g.group_id)::text, 'none')
                 USING ERRCODE = 'PGQ03', HINT = 'change a group''s filter with fanout.set_filter';
         END IF;
         IF v_g.status = 'dead' THEN
@@ -147,12 +149,16 @@ BEGIN
         v_bit := fanout._assign_bit(v_t);
     END IF;
     INSERT INTO fanout.consumer_group AS g (topic_id, group_name, win_lo, win_hi, start_position,
-        effective_start_id, max_backfill, heartbeat_timeout, dead_after_misses, bit_no, joined_id, join_snap,
-        filter)
+        effective_start_id, max_backfill, heartbeat_timeout, dead_after_misses, bit_no, joined_id, join_snap)
     VALUES (v_t.topic_id, $2, v_s.o_lo, v_s.o_hi, v_pos, v_s.o_start_id, $6, $7, $8, v_bit,
-            CASE WHEN v_pos = 'latest' THEN fanout._next_id(v_t) ELSE v_s.o_start_id END, v_s.o_hi,
-            v_filter)
+            CASE WHEN v_pos = 'latest' THEN fanout._next_id(v_t) ELSE v_s.o_start_id END, v_s.o_hi)
     RETURNING * INTO v_g;
+    IF v_filter IS NOT NULL THEN
+        INSERT INTO fanout.group_filter (group_id, filter) VALUES (v_g.group_id, v_filter);
+        IF NOT v_t.has_filters THEN
+            UPDATE fanout.topic t SET has_filters = true WHERE t.topic_id = v_t.topic_id AND NOT t.has_filters;
+        END IF;
+    END IF;
     PERFORM fanout._kpart_cursors(v_t.topic_id, v_g.group_id);  -- partitioned: its cursors
     IF v_bit IS NOT NULL AND v_pos <> 'latest' THEN
         -- Reference mode: the group's bit goes onto retained messages in batches.
