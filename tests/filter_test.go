@@ -354,3 +354,33 @@ func TestDropPriorities(t *testing.T) {
 	_, err = b.Pool.Exec(b.ctx, "SELECT fanout.alter_topic('ds', priorities => false)")
 	require.NoError(t, err)
 }
+
+// whole_transactions with a filter: a page that ends inside a producer
+// transaction is extended to the end of it, and the extension is filtered
+// too (its matches come, the rest is passed over and counted).
+func TestFilterWholeTransactions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "fwt", "semantics => 'pubsub'", "partitions => 1", "whole_transactions => true")
+	b.subscribe(t, "fwt", "g", `filter => '{"type": "a"}'`)
+	tx, err := b.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx)
+	var match []int64
+	for i := 0; i < 10; i++ {
+		h := `{"type": "b"}`
+		if i%2 == 0 {
+			h = `{"type": "a"}`
+		}
+		id := b.fPub(t, tx, "fwt", h, "k")
+		if i%2 == 0 {
+			match = append(match, id)
+		}
+	}
+	require.NoError(t, tx.Commit(b.ctx))
+	page := b.read(t, b.Pool, "fwt", ptr("g"), "c", 2, "1 hour")
+	require.Equal(t, match, ids(page), "the whole transaction's matches in one page")
+	b.ack(t, b.Pool, page[0].LeaseID, ids(page))
+	require.Empty(t, b.read(t, b.Pool, "fwt", ptr("g"), "c", 2, "1 hour"))
+	require.Equal(t, int64(5), b.fFiltered(t, "fwt", "g"))
+}

@@ -41,7 +41,8 @@
 -- nothing but them is followed by the next one (up to 10,000 messages a
 -- call: at least 10 pages, at most 100).
 -- Subscription filter (p_filter, the group's: fanout.subscribe, set_filter):
--- each scanned page is checked against it (fanout._filter_match) and only
+-- each scanned page is checked against it (in the page's own scan; the
+-- rest of a whole transaction by fanout._filter_match) and only
 -- the messages whose headers contain it are kept; the cursor passes the
 -- others as if they were acked (reference mode: the group is done with
 -- them, fanout._complete_bits), o_filtered counts them. A scan that kept
@@ -78,7 +79,7 @@ DECLARE
     v_pid     bigint := CASE WHEN p_prio AND p_plvl IS NOT NULL THEN p_pid ELSE p_cur_id END;
     v_start   bigint := CASE WHEN pg_snapshot_xmax(p_lo) = '1' THEN coalesce(p_start, 0) ELSE 0 END;
     v_mask    bigint := coalesce(1::bigint << p_bit, 0);
-    v_page    text := format('SELECT * FROM fanout_data.%I($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)',
+    v_page    text := format('SELECT * FROM fanout_data.%I($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)',
                              p_table || '_page');
     v_run xid8[]; v_ids bigint[]; v_txids xid8[]; v_da timestamptz[]; v_sz int[]; v_used bigint;
     v_got int; v_min_id bigint; v_new pg_snapshot; v_phase int; v_full boolean := false;
@@ -114,9 +115,9 @@ BEGIN
                         v_min_id := greatest(v_start, fanout._partition_floor(p_topic_id, v_ptx));
                     END IF;
                     <<scan>> LOOP
-                    EXECUTE v_page INTO v_ids, v_txids, v_da, v_sz, v_used
+                    EXECUTE v_page INTO v_ids, v_txids, v_da, v_sz, v_used, v_match
                         USING p_kpart, v_lvl, v_run, pg_snapshot_xmax(o_hi), ARRAY(SELECT pg_snapshot_xip(o_hi)),
-                              v_ptx, v_pid, v_min_id, v_left, v_mask;
+                              v_ptx, v_pid, v_min_id, v_left, v_mask, p_filter;
                     v_got := coalesce(cardinality(v_ids), 0);
                     v_more := false;
                     IF p_filter IS NOT NULL AND v_got > 0 THEN
@@ -124,7 +125,6 @@ BEGIN
                         -- where the kept part ends (v_cut: the scanned rows the cursor passes).
                         v_more := v_got = v_left;  -- a full scan: the phase may hold more
                         v_scanned := v_scanned + v_got;
-                        v_match := fanout._filter_match(p_table, p_filter, v_ids, v_txids);
                         v_keep := ARRAY(SELECT u.o FROM unnest(v_match) WITH ORDINALITY AS u(m, o) WHERE u.m ORDER BY u.o);
                         v_cut := v_got;
                         v_used := (SELECT sum(v_sz[k]) FROM unnest(v_keep) AS k);
