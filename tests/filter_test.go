@@ -384,3 +384,65 @@ func TestFilterWholeTransactions(t *testing.T) {
 	require.Empty(t, b.read(t, b.Pool, "fwt", ptr("g"), "c", 2, "1 hour"))
 	require.Equal(t, int64(5), b.fFiltered(t, "fwt", "g"))
 }
+
+// A filter is a group setting with subscribe's grant: a consumer role with
+// consume on its tenant's topics sets filters there (subscribe(..., filter
+// =>) and set_filter); on another tenant's topic, or without a grant, both
+// are PGQ21 and change nothing; a producer-only role may not call them.
+func TestFilterGrants(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tIsolate(t)
+	b.createTopic(t, b.Pool, "a.f", "semantics => 'pubsub'")
+	b.createTopic(t, b.Pool, "b.f", "semantics => 'pubsub'")
+	b.subscribe(t, "b.f", "g")
+	own, ownConn := b.tRole(t, "fown", "fanout_consumer")
+	b.tGrant(t, b.Pool, "a.%", own, "consume")
+	_, noneConn := b.tRole(t, "fnone", "fanout_consumer")
+	_, prodConn := b.tRole(t, "fprod", "fanout_producer")
+
+	_, err := ownConn.Exec(b.ctx, `SELECT fanout.subscribe('a.f', 'g', filter => '{"k": 1}')`)
+	require.NoError(t, err)
+	_, err = ownConn.Exec(b.ctx, `SELECT fanout.set_filter('a.f', 'g', '{"k": 2}')`)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		conn  querier
+		sql   string
+		state string
+	}{
+		{ownConn, `SELECT fanout.set_filter('b.f', 'g', '{"k": 3}')`, "PGQ21"},
+		{ownConn, `SELECT fanout.subscribe('b.f', 'h', filter => '{"k": 3}')`, "PGQ21"},
+		{noneConn, `SELECT fanout.set_filter('a.f', 'g', '{"k": 3}')`, "PGQ21"},
+		{prodConn, `SELECT fanout.set_filter('a.f', 'g', '{"k": 3}')`, "42501"},
+	} {
+		_, err := c.conn.Exec(b.ctx, c.sql)
+		requireSQLState(t, err, c.state)
+	}
+	require.Equal(t, `{"k": 2}`, b.scalar(t, `SELECT filter::text FROM fanout.groups WHERE topic = 'a.f' AND group_name = 'g'`))
+	require.Nil(t, b.scalar(t, `SELECT filter::text FROM fanout.groups WHERE topic = 'b.f' AND group_name = 'g'`))
+}
+
+// Retries and dead letters of a filtered group are those of any group: a
+// matching message nacked comes again (attempt 2) and, at its last attempt,
+// is dead-lettered; the passed-over message is neither retried nor
+// dead-lettered, only counted.
+func TestFilterRetriesAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createTopic(t, b.Pool, "fr", "semantics => 'pubsub'", "max_attempts => 2")
+	b.subscribe(t, "fr", "g", `filter => '{"type": "a"}'`)
+	a1 := b.fPub(t, b.Pool, "fr", `{"type": "a"}`, "")
+	b.fPub(t, b.Pool, "fr", `{"type": "b"}`, "")
+	for attempt := int32(1); attempt <= 2; attempt++ {
+		page := b.read(t, b.Pool, "fr", ptr("g"), "c", 10, "1 hour")
+		require.Equal(t, []int64{a1}, ids(page))
+		require.Equal(t, attempt, page[0].Attempt)
+		var n int
+		require.NoError(t, b.Pool.QueryRow(b.ctx, `SELECT fanout.nack($1, retry_in => '0')`, page[0].LeaseID).Scan(&n))
+		require.Equal(t, 1, n)
+	}
+	require.Empty(t, b.read(t, b.Pool, "fr", ptr("g"), "c", 10, "1 hour"))
+	require.Equal(t, int64(1), b.scalar(t, `SELECT dead_letters FROM fanout.groups WHERE group_name = 'g'`))
+	require.Equal(t, int64(1), b.scalar(t, `SELECT count(*) FROM fanout.dead_letters WHERE message_id = $1`, a1))
+	require.Equal(t, int64(1), b.fFiltered(t, "fr", "g"))
+}
