@@ -54,12 +54,16 @@ SELECT t.topic, g.group_name, g.status,
        coalesce((SELECT s.dead_lettered FROM fanout.group_stat s WHERE s.group_id = g.group_id), 0)
            AS dead_lettered_total,
        coalesce(k.acked, 0) AS acked_total, coalesce(k.nacked, 0) AS nacked_total,
-       gf.filter,
-       coalesce(gf.filtered, 0)
-           + CASE WHEN t.partitions IS NOT NULL AND gf.group_id IS NOT NULL
-                  THEN coalesce((SELECT sum(kp.filtered) FROM fanout.kpart kp
-                                 WHERE kp.group_id = g.group_id), 0)::bigint
-                  ELSE 0 END AS filtered_total
+       (SELECT gf.filter FROM fanout.group_filter gf WHERE gf.group_id = g.group_id) AS filter,
+       -- Scalar subqueries, not a join: a join's row estimate multiplied the
+       -- cost of every subquery above and made PostgreSQL JIT-compile the
+       -- view's query (seconds).
+       coalesce((SELECT gf.filtered
+                        + CASE WHEN t.partitions IS NOT NULL
+                               THEN coalesce((SELECT sum(kp.filtered) FROM fanout.kpart kp
+                                              WHERE kp.group_id = g.group_id), 0)::bigint
+                               ELSE 0 END
+                 FROM fanout.group_filter gf WHERE gf.group_id = g.group_id), 0) AS filtered_total
 FROM fanout.topic t
 CROSS JOIN LATERAL fanout._topic_group_view(t.topic_id) u
 JOIN fanout.consumer_group g ON g.group_id = u.group_id
@@ -73,5 +77,4 @@ LEFT JOIN LATERAL (SELECT j.status, j.processed, j.total,
                                                         - j.started_at), 0))::float8 AS rate
                    FROM fanout.bitmap_job j WHERE j.group_id = g.group_id AND j.kind = 'backfill') b ON true
 LEFT JOIN LATERAL (SELECT sum(c.acked)::bigint AS acked, sum(c.nacked)::bigint AS nacked
-                   FROM fanout.group_tally c WHERE c.group_id = g.group_id) k ON true
-LEFT JOIN fanout.group_filter gf ON gf.group_id = g.group_id;
+                   FROM fanout.group_tally c WHERE c.group_id = g.group_id) k ON true;
