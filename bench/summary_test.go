@@ -21,6 +21,7 @@ var wantSummaryKeys = []string{
 	"fanout_vs_pagewalk_p100",
 	"fanout_vs_pgq_b100",
 	"fanout_vs_pgq_b1000",
+	"filter_1pct_vs_unfiltered",
 	"lt_bloat_bytes_max_pct",
 	"lt_cleanup_vs_production_min",
 	"lt_fetch_p95_max_ms",

@@ -23,6 +23,7 @@ var notInClient = map[string]string{
 	"uncapture_table": "as capture_table",
 	"partition_stats": "a monitoring view (key partitions' owners and lag), read with SQL or the console",
 	"subscribe":       "groups are subscribed by a migration or an operator (fanout.subscribe), before consumers start",
+	"set_filter":      "a group's filter is set where the group is subscribed (fanout.subscribe(..., filter =>)) or by an operator",
 }
 
 // The client covers the SQL API: every parameter of every function granted

@@ -117,6 +117,7 @@ type statsCollector struct {
 	skippedTopics, skippedSeconds, skippedCalls                                            *prometheus.Desc
 	heartbeatAge, heartbeatTimeout, deadLettered, stuck, topicRetention, consistency       *prometheus.Desc
 	acked, nacked                                                                          *prometheus.Desc
+	filtered                                                                               *prometheus.Desc
 
 	// check_consistency() reads every table: at most once per
 	// ConsistencyEvery, the scrapes in between repeat its last count.
@@ -183,6 +184,8 @@ func newStatsCollector(db DB, leaderName string, logger *slog.Logger) *statsColl
 		acked:            d("pgq_group_acked_total", "Messages the group's members acked since it was created.", g, nil),
 		nacked: d("pgq_group_nacked_total",
 			"Messages the group's members nacked since it was created (retried or, at the last attempt, dead-lettered).", g, nil),
+		filtered: d("pgq_group_filtered_total",
+			"Messages the group passed over because their headers did not contain its subscription filter (docs/filters.md).", g, nil),
 		stuck: d("pgq_group_stuck_messages",
 			fmt.Sprintf("Messages of the group under a lease or waiting for a retry for over %v (fanout.stuck_messages).", StuckAfter), g, nil),
 		topicRetention: d("pgq_topic_retention_seconds", "The topic's retention setting.", t, nil),
@@ -198,7 +201,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.kparts, c.kpartsUnowned, c.kpartImbalance, c.kpartMaxLag, c.kpartMaxLagSeconds,
 		c.skippedTopics, c.skippedSeconds, c.skippedCalls,
 		c.heartbeatAge, c.heartbeatTimeout, c.deadLettered, c.stuck, c.topicRetention, c.consistency,
-		c.acked, c.nacked} {
+		c.acked, c.nacked, c.filtered} {
 		ch <- d
 	}
 }
@@ -283,6 +286,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		emit(c.deadLettered, prometheus.CounterValue, r, "dead_lettered_total", t, g)
 		emit(c.acked, prometheus.CounterValue, r, "acked_total", t, g)
 		emit(c.nacked, prometheus.CounterValue, r, "nacked_total", t, g)
+		emit(c.filtered, prometheus.CounterValue, r, "filtered_total", t, g)
 		if stuck != nil {
 			ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(stuck[[2]string{t, g}]), t, g)
 		}

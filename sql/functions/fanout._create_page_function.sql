@@ -1,8 +1,11 @@
 -- fanout._create_page_function(p_name, p_params, p_argtypes, p_phase1,
 -- p_phase2): (re)creates one page function fanout_data.<p_name>(<p_params>
--- p_running, p_to, p_skip, p_cur_txid, p_cur_id, p_min_id, p_limit, p_mask)
+-- p_running, p_to, p_skip, p_cur_txid, p_cur_id, p_min_id, p_limit, p_mask,
+-- p_filter)
 -- running p_phase1 when p_running is not NULL, else p_phase2 (each a SELECT
--- ... INTO its OUT arrays: the page's ids, txids, deliver_at and sizes; the
+-- ... INTO its OUT arrays: the page's ids, txids, deliver_at, sizes and
+-- whether each row's headers contain p_filter (a group's subscription
+-- filter; NULL: every row does); the
 -- rows themselves are fetched once the page is settled, by m<id>_rows), with
 -- the settings every page scan needs, and
 -- revokes it from PUBLIC. p_argtypes lists the argument types (for REVOKE).
@@ -21,9 +24,9 @@ BEGIN
     EXECUTE format($ddl$
         CREATE OR REPLACE FUNCTION fanout_data.%1$I(%2$s
             p_running xid8[], p_to xid8, p_skip xid8[], p_cur_txid xid8, p_cur_id bigint, p_min_id bigint,
-            p_limit int, p_mask bigint,
+            p_limit int, p_mask bigint, p_filter jsonb,
             OUT o_ids bigint[], OUT o_txids xid8[], OUT o_deliver timestamptz[],
-            OUT o_sizes int[], OUT o_bytes bigint)
+            OUT o_sizes int[], OUT o_bytes bigint, OUT o_match boolean[])
         LANGUAGE plpgsql
         SET search_path = pg_catalog, fanout, pg_temp
         -- Ordered index scans that stop after LIMIT rows, whatever the (often

@@ -1,9 +1,10 @@
 -- fanout._create_page_functions(p_topic_id): (re)creates the topic's page
 -- functions in fanout_data, named from its message table:
 -- m<id>_page(p_kpart, p_level, p_running, p_to, p_skip, p_cur_txid, p_cur_id,
--- p_min_id, p_limit, p_mask) returns one page of a stream position as
--- parallel arrays in (txid, id) order (ids, txids, deliver_at, each row's
--- size) and the page's bytes (fanout._window_walk keeps the prefix that fits
+-- p_min_id, p_limit, p_mask, p_filter) returns one page of a stream
+-- position as parallel arrays in (txid, id) order (ids, txids, deliver_at,
+-- each row's size, whether its headers contain p_filter: the group's
+-- subscription filter, judged in the same scan) and the page's bytes (fanout._window_walk keeps the prefix that fits
 -- its byte budget). Not the rows themselves: a page is settled first (byte
 -- budget, delayed messages, sequence gate, lease) and its rows are then
 -- returned by m<id>_rows(p_lease, p_ids, p_txids, p_atts), one index look-up
@@ -41,7 +42,7 @@ DECLARE
     v_where text;
     v_sel   text;
     v_from  text;
-    v_args  text := 'xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint';
+    v_args  text := 'xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint, jsonb';
     v_levels text := 'IF p_level IS NULL THEN %s ELSIF p_level = 0 THEN %s ELSE %s END IF;';
     v_klat  text := 'unnest(p_running) AS x(tx) CROSS JOIN LATERAL (
                          SELECT m.* FROM %s m WHERE m.kpart = p_kpart AND m.txid = x.tx %s
@@ -59,9 +60,10 @@ BEGIN
     -- %1$s: the rows (a FROM item named m), %2$s: their predicate, %3$s:
     -- the index order. The aggregates read the ordered page as it comes
     -- (one pass, arrays in (txid, id) order, parallel).
-    v_sel := 'SELECT array_agg(s.id), array_agg(s.txid), array_agg(s.deliver_at), array_agg(s.sz), sum(s.sz)
-              INTO o_ids, o_txids, o_deliver, o_sizes, o_bytes
-              FROM (SELECT m.txid, m.id, m.deliver_at,
+    v_sel := 'SELECT array_agg(s.id), array_agg(s.txid), array_agg(s.deliver_at), array_agg(s.sz), sum(s.sz),
+                     array_agg(s.ok)
+              INTO o_ids, o_txids, o_deliver, o_sizes, o_bytes, o_match
+              FROM (SELECT m.txid, m.id, m.deliver_at, (p_filter IS NULL OR m.headers @> p_filter) AS ok,
                            CASE WHEN pg_column_compression(m.payload) IS NULL THEN pg_column_size(m.payload)
                                 ELSE octet_length(m.payload::text) END
                            + CASE WHEN pg_column_compression(m.headers) IS NULL THEN pg_column_size(m.headers)
@@ -96,6 +98,9 @@ BEGIN
         END IF;
         v_phase := v_phase || format('IF p_kpart IS NULL THEN %s ELSE %s END IF;', v_body, v_kbody);
     END LOOP;
+    -- The version before subscription filters (no p_filter): gone.
+    EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(int, int, xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint)',
+                   v_table || '_page');
     PERFORM fanout._create_page_function(v_table || '_page', 'p_kpart int, p_level int, ', 'int, int, ' || v_args,
                                          v_phase[1], v_phase[2]);
     -- The rows of a settled page, in the order of its arrays.

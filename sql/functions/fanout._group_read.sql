@@ -3,9 +3,12 @@
 -- after its argument checks and the ack => of the previous page), made under
 -- the group row's lock (fanout._lock_group): the expired leases' un-acked
 -- messages (fanout._lease_take_over), the due retries (fanout._retries_take),
--- then the group's stream (fanout._window_walk; on a sequence-ordered topic
+-- then the group's stream (fanout._window_walk, with the group's filter, by
+-- priority unless the topic's priorities were dropped and the window
+-- read by priority is done; on a sequence-ordered topic
 -- filtered by fanout._sequence_gate), and the group row written once
--- (position, delivered count, throttled heartbeat). An idle poll (nothing to
+-- (position, delivered count, throttled heartbeat; what the filter passed
+-- over is counted in fanout.group_filter). An idle poll (nothing to
 -- hand out, heartbeat fresh) locks and writes nothing (checked first only
 -- when the session's previous read of the group was empty).
 -- p_settling: the lease id of the caller's previous page, which
@@ -15,7 +18,7 @@
 -- says it did, else the caller settles it.
 -- Returns the page (o_lease_id NULL when there is none) as the lease and its
 -- parallel arrays; fanout.read returns its rows. Raises as fanout._lock_group.
--- Tables: fanout.consumer_group, fanout.member, fanout.lease, fanout.retry,
+-- Tables: fanout.consumer_group, fanout.group_filter, fanout.member, fanout.lease, fanout.retry,
 -- fanout.dead_letter, fanout.bitmap_job, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout._group_read(
     p_t fanout.topic, p_group text, p_consumer text, p_max int, p_lease interval, p_max_bytes bigint,
@@ -34,6 +37,8 @@ DECLARE
     v_txids xid8[];
     v_take  record;
     v_hint  text := fanout._idle_key(p_t.topic_id, CASE WHEN p_t.semantics = 'pubsub' THEN p_group END);
+    v_filter jsonb;
+    v_filtered int := 0;
 BEGIN
     o_ids := '{}'; o_txids := '{}'; o_atts := '{}';
     -- Only a session whose last read of this group found nothing peeks first
@@ -88,12 +93,20 @@ BEGIN
     -- 3. The group's stream. The byte budget is the stream page's
     -- (redeliveries above are bounded by count); its first message always comes.
     IF cardinality(o_ids) < p_max THEN
+        IF p_t.has_filters THEN  -- the group's subscription filter (fanout.set_filter)
+            SELECT f.filter INTO v_filter FROM fanout.group_filter f WHERE f.group_id = v_g.group_id;
+        END IF;
         SELECT * INTO v_w FROM fanout._window_walk(v_g.group_id, p_t.topic_id, p_t.data_table, NULL, false,
-                                                   p_t.prioritized, p_max - cardinality(o_ids), p_max_bytes,
+                                                   p_t.prioritized AND (p_t.priorities_dropped_at IS NULL
+                                                                        OR v_g.prio_level IS NOT NULL),
+                                                   p_max - cardinality(o_ids), p_max_bytes,
                                                    v_g.win_lo, v_g.win_hi, v_g.cur_txid, v_g.cur_id,
                                                    v_g.effective_start_id, v_g.bit_no,
-                                                   v_g.prio_level, v_g.prio_txid, v_g.prio_id);
+                                                   v_g.prio_level, v_g.prio_txid, v_g.prio_id,
+                                                   p_filter => v_filter,
+                                                   p_prio_ends => p_t.priorities_dropped_at IS NOT NULL);
         v_moved := v_w.o_changed;
+        v_filtered := v_w.o_filtered;
         v_ids := v_w.o_ids;
         v_txids := v_w.o_txids;
         IF v_moved THEN
@@ -117,6 +130,9 @@ BEGIN
             delivered = g.delivered + cardinality(o_ids),
             last_read_at = p_now, last_heartbeat = p_now, missed_heartbeats = 0
         WHERE g.group_id = v_g.group_id;
+    END IF;
+    IF v_filtered > 0 THEN
+        UPDATE fanout.group_filter f SET filtered = f.filtered + v_filtered WHERE f.group_id = v_g.group_id;
     END IF;
     IF p_consumer IS NOT NULL THEN
         PERFORM fanout._touch_member(v_g.group_id, p_consumer, p_now, true);

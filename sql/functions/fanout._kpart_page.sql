@@ -8,11 +8,12 @@
 -- (fanout._retries_take) come before its stream, and an expired page joins
 -- them when there are any, so that the page is in commit order. The stream
 -- page is fanout._window_walk on the partition's position (by priority level
--- once the topic has priorities). Writes the partition's position, its
--- delivered count and its page (lease_id) back.
+-- once the topic has priorities, until they are dropped; with the group's
+-- filter). Writes the partition's position, its delivered and filtered
+-- counts and its page (lease_id) back.
 -- Returns the page as fanout._group_read does (o_lease_id NULL: nothing to
 -- hand out from this partition now).
--- Tables: fanout.kpart, fanout.lease, fanout.retry, fanout.dead_letter,
+-- Tables: fanout.kpart, fanout.group_filter, fanout.lease, fanout.retry, fanout.dead_letter,
 -- fanout.event_log, fanout_data.m<topic_id>.
 CREATE OR REPLACE FUNCTION fanout._kpart_page(
     p_t fanout.topic, p_g fanout.consumer_group, p_k fanout.kpart, p_consumer text, p_max int,
@@ -32,6 +33,7 @@ DECLARE
     -- PostgreSQL's 16 fast-path slots per transaction go through the shared
     -- lock table, on one partition per relation for every member of a storm).
     v_retries boolean;
+    v_filter  jsonb;
 BEGIN
     IF p_k.lease_id IS NOT NULL THEN
         SELECT * INTO v_l FROM fanout.lease l
@@ -94,23 +96,32 @@ BEGIN
 
     -- 3. The partition's stream.
     IF coalesce(cardinality(o_ids), 0) = 0 THEN
+        IF p_t.has_filters THEN  -- the group's subscription filter (fanout.set_filter)
+            SELECT f.filter INTO v_filter FROM fanout.group_filter f WHERE f.group_id = p_g.group_id;
+        END IF;
         SELECT * INTO v_w FROM fanout._window_walk(p_g.group_id, p_t.topic_id, p_t.data_table, p_k.kpart,
-                                                   p_t.whole_transactions, p_t.prioritized, p_max, p_max_bytes,
+                                                   p_t.whole_transactions,
+                                                   p_t.prioritized AND (p_t.priorities_dropped_at IS NULL
+                                                                        OR p_k.prio_level IS NOT NULL),
+                                                   p_max, p_max_bytes,
                                                    p_k.win_lo, p_k.win_hi, p_k.cur_txid, p_k.cur_id,
                                                    p_g.effective_start_id, p_g.bit_no,
-                                                   p_k.prio_level, p_k.prio_txid, p_k.prio_id);
+                                                   p_k.prio_level, p_k.prio_txid, p_k.prio_id,
+                                                   p_filter => v_filter,
+                                                   p_prio_ends => p_t.priorities_dropped_at IS NOT NULL);
         o_ids := v_w.o_ids; o_txids := v_w.o_txids;
         o_atts := array_fill(1, ARRAY[cardinality(v_w.o_ids)]);
         IF v_w.o_changed THEN
             p_k.win_lo := v_w.o_lo; p_k.win_hi := v_w.o_hi; p_k.cur_txid := v_w.o_cur_txid;
             p_k.cur_id := v_w.o_cur_id; p_k.prio_level := v_w.o_plvl; p_k.prio_txid := v_w.o_ptx;
-            p_k.prio_id := v_w.o_pid;
+            p_k.prio_id := v_w.o_pid; p_k.filtered := p_k.filtered + v_w.o_filtered;
         END IF;
         IF cardinality(o_ids) = 0 THEN
             IF v_w.o_changed THEN
                 UPDATE fanout.kpart k
                 SET win_lo = p_k.win_lo, win_hi = p_k.win_hi, cur_txid = p_k.cur_txid, cur_id = p_k.cur_id,
-                    prio_level = p_k.prio_level, prio_txid = p_k.prio_txid, prio_id = p_k.prio_id
+                    prio_level = p_k.prio_level, prio_txid = p_k.prio_txid, prio_id = p_k.prio_id,
+                    filtered = p_k.filtered
                 WHERE k.group_id = p_k.group_id AND k.kpart = p_k.kpart;
             END IF;
             RETURN;
@@ -123,7 +134,7 @@ BEGIN
                                      o_ids, o_txids, o_atts, p_k.kpart, p_k.generation, p_k.lease_id >> 32);
     UPDATE fanout.kpart k
     SET win_lo = p_k.win_lo, win_hi = p_k.win_hi, cur_txid = p_k.cur_txid, cur_id = p_k.cur_id,
-        prio_level = p_k.prio_level, prio_txid = p_k.prio_txid, prio_id = p_k.prio_id,
+        prio_level = p_k.prio_level, prio_txid = p_k.prio_txid, prio_id = p_k.prio_id, filtered = p_k.filtered,
         lease_id = o_lease_id, delivered = k.delivered + cardinality(o_ids), last_read_at = p_now
     WHERE k.group_id = p_k.group_id AND k.kpart = p_k.kpart;
 END

@@ -21,7 +21,8 @@ DECLARE
     v_sz   int[];
     v_used bigint;
 BEGIN
-    EXECUTE format('SELECT * FROM fanout_data.%I($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)', p_table || '_page')
+    EXECUTE format('SELECT p.o_ids, p.o_txids, p.o_deliver, p.o_sizes, p.o_bytes
+                    FROM fanout_data.%I($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL) p', p_table || '_page')
         INTO o_ids, o_txids, o_deliver, v_sz, v_used
         USING p_kpart, p_level, ARRAY[p_txid], NULL::xid8, NULL::xid8[], p_txid, p_id, p_id, v_room + 1, p_mask;
     IF coalesce(cardinality(o_ids), 0) > v_room THEN

@@ -17,6 +17,15 @@
 -- sequence (and a message_group): it deduplicates by (aggregate, sequence)
 -- as before, nothing waits for its turn (docs/architecture.md, "Turning
 -- ordering off").
+-- priorities => false turns priority order off (docs/filters.md): messages
+-- already published with a priority, and later ones (publish still takes
+-- one), are read in commit order; a group or key partition in the middle of
+-- a window it reads by priority finishes that window by priority (its cursor
+-- is at the window's start, fanout._window_walk) and reads the next ones in
+-- commit order. Leases, retries and parked messages are untouched.
+-- priorities => true turns it back on (the next windows by priority);
+-- either is a no-op when already so; true on a sequence-ordered topic is
+-- PGQ03 (it takes no priorities, PGQ23). An event_log row records a change.
 -- partitions may be raised on a partitioned topic, never lowered: keys are
 -- then hashed over the new count, so a key may move to another key
 -- partition; messages already published stay where they are, so per-key
@@ -28,7 +37,8 @@
 -- an operator's grant). Tables: fanout.topic, fanout.event_log, fanout.kpart (cursors of
 -- new partitions), fanout.consumer_group (locked), fanout.seq_wait,
 -- fanout.seq_state, fanout.seq_done, fanout.seq_lost, fanout.retry,
--- fanout_data.* (notify trigger, insert functions).
+-- fanout_data.* (notify trigger, insert functions); priorities only
+-- fanout.topic and fanout.event_log.
 CREATE OR REPLACE FUNCTION fanout.alter_topic(
     topic                               text,
     retention                           interval DEFAULT NULL,
@@ -46,7 +56,8 @@ CREATE OR REPLACE FUNCTION fanout.alter_topic(
     whole_transactions                  boolean DEFAULT NULL,
     max_groups                          int DEFAULT NULL,
     sequence_ordering                   boolean DEFAULT NULL,
-    notify_when                         text DEFAULT NULL)
+    notify_when                         text DEFAULT NULL,
+    priorities                          boolean DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -108,6 +119,14 @@ BEGIN
         RAISE EXCEPTION 'partitions may be raised, never lowered: % has %, got %',
             quote_literal($1), v_old.partitions, $13 USING ERRCODE = 'PGQ03';
     END IF;
+    IF $18 AND v_old.sequence_ordering THEN
+        RAISE EXCEPTION 'topic % has sequence_ordering, which takes no priorities', quote_literal($1)
+            USING ERRCODE = 'PGQ03', HINT = 'turn sequence ordering off first (sequence_ordering => false)';
+    END IF;
+    IF $18 IS NOT NULL THEN
+        v_new.priorities_dropped_at := CASE WHEN $18 THEN NULL
+                                            ELSE coalesce(v_old.priorities_dropped_at, clock_timestamp()) END;
+    END IF;
     PERFORM fanout._check_topic_settings(v_new);
     UPDATE fanout.topic t
     SET retention = v_new.retention, zero_subscription_retention = v_new.zero_subscription_retention,
@@ -118,7 +137,7 @@ BEGIN
         dedupe_window = v_new.dedupe_window, gap_alert_after = v_new.gap_alert_after,
         partitions = v_new.partitions, whole_transactions = v_new.whole_transactions,
         max_groups = v_new.max_groups, sequence_ordering = v_new.sequence_ordering,
-        notify_when = v_new.notify_when,
+        notify_when = v_new.notify_when, priorities_dropped_at = v_new.priorities_dropped_at,
         sequence_dropped_at = CASE WHEN v_old.sequence_ordering AND NOT v_new.sequence_ordering
                                    THEN clock_timestamp() ELSE t.sequence_dropped_at END
     WHERE t.topic_id = v_old.topic_id;
@@ -146,6 +165,11 @@ BEGIN
         WHERE g.topic_id = v_old.topic_id AND l.group_id = g.group_id;
         INSERT INTO fanout.event_log (topic, kind, count, detail)
         VALUES (v_old.topic, 'sequence_ordering_dropped', v_n, jsonb_build_object('released', v_n));
+    END IF;
+    IF (v_new.priorities_dropped_at IS NULL) <> (v_old.priorities_dropped_at IS NULL) THEN
+        INSERT INTO fanout.event_log (topic, kind, detail)
+        VALUES (v_old.topic, CASE WHEN $18 THEN 'priorities_restored' ELSE 'priorities_dropped' END,
+                jsonb_build_object('prioritized', v_old.prioritized));
     END IF;
     IF v_new.partitions IS DISTINCT FROM v_old.partitions THEN
         -- New messages hash over the new count (fanout._kpart_of); messages

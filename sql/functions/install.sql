@@ -12,6 +12,7 @@
 {{ template "fanout._capture_generate.sql" . }}
 {{ template "fanout._capture_install.sql" . }}
 {{ template "fanout._capture_refuse.sql" . }}
+{{ template "fanout._check_filter.sql" . }}
 {{ template "fanout._check_grant_args.sql" . }}
 {{ template "fanout._check_message.sql" . }}
 {{ template "fanout._check_name.sql" . }}
@@ -34,6 +35,7 @@
 {{ template "fanout._enter.sql" . }}
 {{ template "fanout._enter_topic.sql" . }}
 {{ template "fanout._epoch.sql" . }}
+{{ template "fanout._filter_match.sql" . }}
 {{ template "fanout._grant_matches.sql" . }}
 {{ template "fanout._group_for_admin.sql" . }}
 {{ template "fanout._group_has_backlog.sql" . }}
@@ -176,6 +178,7 @@
 {{ template "fanout.publish_batch.sql" . }}
 {{ template "fanout.read.sql" . }}
 {{ template "fanout.sequence_gaps.sql" . }}
+{{ template "fanout.set_filter.sql" . }}
 {{ template "fanout.subscribe.sql" . }}
 {{ template "fanout.topic_grants.sql" . }}
 {{ template "fanout.topics.sql" . }}

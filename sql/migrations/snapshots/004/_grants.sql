@@ -25,7 +25,8 @@ GRANT EXECUTE ON FUNCTION
     fanout.nack(bigint, bigint[], interval, text),
     fanout.extend_lease(bigint, interval),
     fanout.heartbeat(text, text, text),
-    fanout.subscribe(text, text, text, timestamptz, bigint, bigint, interval, int, int, text),
+    fanout.subscribe(text, text, text, timestamptz, bigint, bigint, interval, int, int, text, jsonb),
+    fanout.set_filter(text, text, jsonb),
     fanout.channel_name(bigint),
     fanout.wait_begin(text, text, interval),
     fanout.wait_end(text, text)
@@ -35,7 +36,7 @@ GRANT EXECUTE ON FUNCTION
     fanout.create_topic(text, text, text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval,
                         boolean, interval, int, boolean, text),
     fanout.alter_topic(text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval, interval,
-                       int, boolean, int, boolean, text),
+                       int, boolean, int, boolean, text, boolean),
     fanout.drop_topic(text, boolean),
     fanout.replay_dead_letters(text, text, bigint[]),
     fanout.purge_dead_letters(text, text, interval),

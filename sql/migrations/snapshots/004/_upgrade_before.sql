@@ -176,3 +176,28 @@ SELECT decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '
        CASE WHEN EXISTS (SELECT 1 FROM fanout.topic) THEN clock_timestamp() + interval '10 minutes'
             ELSE '-infinity' END
 ON CONFLICT DO NOTHING;
+-- Subscription filters (fanout.subscribe(..., filter =>), fanout.set_filter;
+-- docs/filters.md): a group's filter is a JSON object its messages' headers
+-- must contain. The window walker passes the others over as if acked and
+-- counts them: here for an unpartitioned topic's group, on its key
+-- partitions' rows (fanout.kpart.filtered) for a partitioned one; the groups
+-- view sums them (filtered_total). A row per group that ever had a filter
+-- (filter NULL once cleared: the count stays). Not columns of
+-- fanout.consumer_group: adding one takes that table's ACCESS EXCLUSIVE
+-- lock, which deadlocks an upgrade with traffic (an ack of the release
+-- before holds the group table and waits for the topic table, which this
+-- migration holds first, fanout.topic above). The topic's has_filters says
+-- whether any of its groups ever had one (never cleared): reads of other
+-- topics do not look here.
+CREATE TABLE IF NOT EXISTS fanout.group_filter (
+    group_id  bigint PRIMARY KEY REFERENCES fanout.consumer_group ON DELETE CASCADE,
+    filter    jsonb,
+    filtered  bigint NOT NULL DEFAULT 0
+);
+REVOKE ALL ON fanout.group_filter FROM PUBLIC;
+ALTER TABLE fanout.topic ADD COLUMN IF NOT EXISTS has_filters boolean NOT NULL DEFAULT false;
+ALTER TABLE fanout.kpart ADD COLUMN IF NOT EXISTS filtered bigint NOT NULL DEFAULT 0;
+-- When alter_topic(priorities => false) turned a topic's priority order
+-- off (NULL: priorities apply once a message has one): reads go in commit
+-- order from each position's next window; publishes may still pass a priority.
+ALTER TABLE fanout.topic ADD COLUMN IF NOT EXISTS priorities_dropped_at timestamptz;

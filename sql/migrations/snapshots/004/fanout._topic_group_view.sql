@@ -20,6 +20,11 @@
 CREATE OR REPLACE FUNCTION fanout._topic_group_view(p_topic_id bigint)
 RETURNS TABLE(group_id bigint, messages bigint, oldest_published_at timestamptz, last_heartbeat timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
+-- A few groups a topic, not the default 1000 rows: with 1000, the groups
+-- view's plan (a dozen subqueries per row) was estimated above
+-- jit_inline_above_cost and JIT-compiled, seconds on a loaded server for a
+-- handful of rows (the sidecar's 5 s stats timeout ran out).
+ROWS 4
 SET search_path = pg_catalog, fanout, pg_temp
 -- As fanout._group_unread: ordered index scans, whatever the statistics.
 SET enable_bitmapscan = off

@@ -64,7 +64,7 @@ BEGIN
                    v_t.data_table || '_insert_one');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(jsonb[], jsonb[], text[], text[], timestamptz, smallint, interval)',
                    v_t.data_table || '_insert_keyed');
-    EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(int, int, xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint)',
+    EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(int, int, xid8[], xid8, xid8[], xid8, bigint, bigint, int, bigint, jsonb)',
                    v_t.data_table || '_page');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(bigint, bigint[], xid8[], int[])', v_t.data_table || '_rows');
     EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(text, bigint, interval)', v_t.data_table || '_claim');

@@ -13,7 +13,11 @@
 -- created (fanout.group_stat; dead_letters is what is left of them);
 -- acked_total and nacked_total, messages its members acked and nacked since
 -- it was created (fanout.group_tally; a nack that dead-letters counts as a
--- nack, and in dead_lettered_total).
+-- nack, and in dead_lettered_total); filter, the group's subscription
+-- filter (NULL: none), and filtered_total, messages it passed over because
+-- their headers did not contain it (fanout.group_filter, and on a
+-- partitioned topic the sum over the key partitions, fanout.kpart.filtered;
+-- docs/filters.md).
 -- lag_messages is what the group still has to be handed: unread, expired
 -- and waiting messages (a stuck aggregate or a dead consumer shows as lag);
 -- the unread count uses index scans: O(lag), one statement per topic
@@ -24,6 +28,7 @@
 -- caller sees other rows.
 -- Tables: fanout.consumer_group, fanout.topic, fanout.member, fanout.lease,
 -- fanout.retry, fanout.seq_wait, fanout.dead_letter, fanout.bitmap_job, fanout.group_stat, fanout.group_tally,
+-- fanout.group_filter, fanout.kpart,
 -- fanout_data.*.
 CREATE OR REPLACE VIEW fanout.groups WITH (security_barrier) AS
 SELECT t.topic, g.group_name, g.status,
@@ -48,7 +53,17 @@ SELECT t.topic, g.group_name, g.status,
        g.created_at, g.status_changed_at, g.last_read_at, t.semantics, t.completion,
        coalesce((SELECT s.dead_lettered FROM fanout.group_stat s WHERE s.group_id = g.group_id), 0)
            AS dead_lettered_total,
-       coalesce(k.acked, 0) AS acked_total, coalesce(k.nacked, 0) AS nacked_total
+       coalesce(k.acked, 0) AS acked_total, coalesce(k.nacked, 0) AS nacked_total,
+       (SELECT gf.filter FROM fanout.group_filter gf WHERE gf.group_id = g.group_id) AS filter,
+       -- Scalar subqueries, not a join: a join's row estimate multiplied the
+       -- cost of every subquery above and made PostgreSQL JIT-compile the
+       -- view's query (seconds).
+       coalesce((SELECT gf.filtered
+                        + CASE WHEN t.partitions IS NOT NULL
+                               THEN coalesce((SELECT sum(kp.filtered) FROM fanout.kpart kp
+                                              WHERE kp.group_id = g.group_id), 0)::bigint
+                               ELSE 0 END
+                 FROM fanout.group_filter gf WHERE gf.group_id = g.group_id), 0) AS filtered_total
 FROM fanout.topic t
 CROSS JOIN LATERAL fanout._topic_group_view(t.topic_id) u
 JOIN fanout.consumer_group g ON g.group_id = u.group_id

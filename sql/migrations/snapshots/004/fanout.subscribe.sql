@@ -1,5 +1,6 @@
 -- fanout.subscribe(topic, group_name, start_position, start_at,
--- start_message_id, max_backfill, heartbeat_timeout, dead_after_misses):
+-- start_message_id, max_backfill, heartbeat_timeout, dead_after_misses,
+-- backfill_batch, backfill_scope, filter):
 -- subscribes a consumer group to a pubsub topic. The start position applies
 -- only when the group is new (like Kafka's auto.offset.reset): calling
 -- subscribe(..., 'earliest') on every restart never rewinds an existing group
@@ -9,10 +10,16 @@
 -- a bit (at most 64 groups) and a late joiner a batched backfill
 -- (backfill_batch messages per step, scope pending_only or all_retained, see
 -- fanout._bitmap_step); it reads nothing until the backfill completes.
+-- filter (a JSON object, fanout._check_filter; NULL: none): the group
+-- receives only messages whose headers contain it, the others are passed
+-- over as if acked and counted (docs/filters.md). It is set when the group
+-- is created; an existing group's subscribe with NULL leaves its filter as
+-- it is, with another filter than its own raises PGQ03 (fanout.set_filter
+-- changes it).
 -- Returns one row: status, effective_start_message_id (first retained message
 -- the group gets; NULL for latest), backfill_status (not_needed, or the
 -- backfill's status).
--- Raises: PGQ01, PGQ03 (bad option), PGQ04 (bad name), PGQ09 (reference mode
+-- Raises: PGQ01, PGQ03 (bad option or filter), PGQ04 (bad name), PGQ09 (reference mode
 -- outside READ COMMITTED: the join snapshot must be fresh), PGQ16 (the group was
 -- cancelled: choose another name), PGQ17 (65th group in reference mode),
 -- PGQ19 (not a pubsub topic), PGQ22 (the topic has max_groups groups; a
@@ -22,7 +29,7 @@
 -- SERIALIZABLE transaction whose snapshot predates another new group's
 -- commit: its max_groups count would miss that group; retry).
 -- Tables: fanout.topic, fanout.lock_row (the topic's, for a new group), fanout.topic_grant
--- (quota rows locked), fanout.consumer_group, fanout.kpart (partitioned topics:
+-- (quota rows locked), fanout.consumer_group, fanout.group_filter, fanout.kpart (partitioned topics:
 -- the group's partition cursors), fanout.event_log, fanout_data.*.
 CREATE OR REPLACE FUNCTION fanout.subscribe(
     topic             text,
@@ -34,7 +41,8 @@ CREATE OR REPLACE FUNCTION fanout.subscribe(
     heartbeat_timeout interval DEFAULT '5 minutes',
     dead_after_misses int DEFAULT 3,
     backfill_batch    int DEFAULT 10000,
-    backfill_scope    text DEFAULT 'pending_only')
+    backfill_scope    text DEFAULT 'pending_only',
+    filter            jsonb DEFAULT NULL)
 RETURNS TABLE(status text, effective_start_message_id bigint, backfill_status text)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -47,6 +55,7 @@ DECLARE
     v_pos text;
     v_bit int;
     v_bf  text := 'not_needed';
+    v_filter jsonb;
 BEGIN
     v_t := fanout._enter_topic($1, 'consume');
     IF v_t.semantics <> 'pubsub' THEN
@@ -86,6 +95,7 @@ BEGIN
         RAISE EXCEPTION 'backfill_scope must be pending_only or all_retained, got %', coalesce(quote_literal($10), 'NULL')
             USING ERRCODE = 'PGQ03';
     END IF;
+    v_filter := fanout._check_filter(v_t, $11);
     SELECT * INTO v_g FROM fanout.consumer_group g
     WHERE g.topic_id = v_t.topic_id AND g.group_name = $2 FOR NO KEY UPDATE;
     IF NOT FOUND THEN
@@ -105,6 +115,13 @@ BEGIN
             RAISE EXCEPTION 'group % of topic % was cancelled and cannot be subscribed again',
                 quote_literal($2), quote_literal(v_t.topic)
                 USING ERRCODE = 'PGQ16', HINT = 'subscribe under a new group name';
+        END IF;
+        IF $11 IS NOT NULL AND v_filter IS DISTINCT FROM
+                (SELECT f.filter FROM fanout.group_filter f WHERE f.group_id = v_g.group_id) THEN
+            RAISE EXCEPTION 'group % of topic % exists with another filter (%)', quote_literal($2),
+                quote_literal(v_t.topic),
+                coalesce((SELECT f.filter FROM fanout.group_filter f WHERE f.group_id = v_g.group_id)::text, 'none')
+                USING ERRCODE = 'PGQ03', HINT = 'change a group''s filter with fanout.set_filter';
         END IF;
         IF v_g.status = 'dead' THEN
             v_g := fanout._resurrect(v_g);
@@ -135,6 +152,12 @@ BEGIN
     VALUES (v_t.topic_id, $2, v_s.o_lo, v_s.o_hi, v_pos, v_s.o_start_id, $6, $7, $8, v_bit,
             CASE WHEN v_pos = 'latest' THEN fanout._next_id(v_t) ELSE v_s.o_start_id END, v_s.o_hi)
     RETURNING * INTO v_g;
+    IF v_filter IS NOT NULL THEN
+        INSERT INTO fanout.group_filter (group_id, filter) VALUES (v_g.group_id, v_filter);
+        IF NOT v_t.has_filters THEN
+            UPDATE fanout.topic t SET has_filters = true WHERE t.topic_id = v_t.topic_id AND NOT t.has_filters;
+        END IF;
+    END IF;
     PERFORM fanout._kpart_cursors(v_t.topic_id, v_g.group_id);  -- partitioned: its cursors
     IF v_bit IS NOT NULL AND v_pos <> 'latest' THEN
         -- Reference mode: the group's bit goes onto retained messages in batches.
@@ -143,7 +166,8 @@ BEGIN
     END IF;
     INSERT INTO fanout.event_log (topic, group_name, kind, detail)
     VALUES (v_t.topic, $2, 'subscribed', jsonb_build_object('start_position', v_pos,
-            'effective_start_message_id', v_s.o_effective_start_id));
+            'effective_start_message_id', v_s.o_effective_start_id)
+            || CASE WHEN v_filter IS NOT NULL THEN jsonb_build_object('filter', v_filter) ELSE '{}' END);
     RETURN QUERY SELECT v_g.status, v_s.o_effective_start_id, v_bf;
 END
 $fn$;

@@ -9,6 +9,7 @@ DROP FUNCTION IF EXISTS fanout._lock_lease(bigint);
 DROP FUNCTION IF EXISTS fanout._topic_lock_key(text);
 DROP FUNCTION IF EXISTS fanout.alter_topic(text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,interval,integer,boolean);
 DROP FUNCTION IF EXISTS fanout.create_topic(text,text,text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,boolean,interval,integer,boolean);
+DROP FUNCTION IF EXISTS fanout.subscribe(text,text,text,timestamp with time zone,bigint,bigint,interval,integer,integer,text);
 DROP VIEW IF EXISTS fanout.groups;
 DROP VIEW IF EXISTS fanout.topic_grants;
 DROP VIEW IF EXISTS fanout.topics;
@@ -19,14 +20,17 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._capture_generate.sql" . }}
 {{ template "fanout._capture_install.sql" . }}
 {{ template "fanout._capture_refuse.sql" . }}
+{{ template "fanout._check_filter.sql" . }}
 {{ template "fanout._check_order_options.sql" . }}
 {{ template "fanout._check_subscribe_limits.sql" . }}
 {{ template "fanout._check_topic_settings.sql" . }}
+{{ template "fanout._create_page_function.sql" . }}
 {{ template "fanout._create_page_functions.sql" . }}
 {{ template "fanout._data_table_exists.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
 {{ template "fanout._enter.sql" . }}
 {{ template "fanout._enter_topic.sql" . }}
+{{ template "fanout._filter_match.sql" . }}
 {{ template "fanout._group_read.sql" . }}
 {{ template "fanout._group_unread.sql" . }}
 {{ template "fanout._kpart_claim.sql" . }}
@@ -84,6 +88,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.publish.sql" . }}
 {{ template "fanout.publish_batch.sql" . }}
 {{ template "fanout.read.sql" . }}
+{{ template "fanout.set_filter.sql" . }}
 {{ template "fanout.subscribe.sql" . }}
 {{ template "fanout.topic_grants.sql" . }}
 {{ template "fanout.topics.sql" . }}
