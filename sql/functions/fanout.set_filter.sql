@@ -25,8 +25,7 @@ DECLARE
     v_f jsonb;
     v_old jsonb;
 BEGIN
-    PERFORM fanout._enter($1, 'consume');
-    v_t := fanout._topic($1);
+    v_t := fanout._enter_topic($1, 'consume');
     v_f := fanout._check_filter(v_t, $3);
     v_g := fanout._lock_group(v_t, $2, false);
     SELECT f.filter INTO v_old FROM fanout.group_filter f WHERE f.group_id = v_g.group_id;
