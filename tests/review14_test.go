@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgfanout/pgq/client"
@@ -135,4 +136,56 @@ func TestReview14DeadLetterReasonNamesThePublicLease(t *testing.T) {
 	require.NoError(t, f.a.QueryRow(b.ctx, `SELECT last_error FROM fanout.dead_letters WHERE topic = 'a.dl'`).Scan(&reason))
 	require.NotContains(t, reason, fmt.Sprint(raw), "the internal lease id in a tenant's view")
 	require.Contains(t, reason, fmt.Sprintf("lease %d ", page[0].LeaseID), "the id the consumer was given")
+}
+
+// A mirror's dedupe key must name the source message, not only its id: a
+// source topic dropped and created again (or moved to another shard)
+// numbers its messages from 1 again, and with keys of topic and id only the
+// new messages 1..n were taken in the target for copies of the old ones
+// (dedupe_window: 24 hours by default) and acked on the source: lost.
+func TestReview14MirrorKeysSurviveASourceIncarnation(t *testing.T) {
+	t.Parallel()
+	srcB, dstB := setup(t), setup(t)
+	ctx := srcB.ctx
+	src, err := pgxpool.New(ctx, srcB.URL)
+	require.NoError(t, err)
+	defer src.Close()
+	dst, err := pgxpool.New(ctx, dstB.URL)
+	require.NoError(t, err)
+	defer dst.Close()
+	const topic = "r14.m"
+	_, err = dst.Exec(ctx, `SELECT fanout.create_topic($1, semantics => 'pubsub')`, topic)
+	require.NoError(t, err)
+	_, err = dst.Exec(ctx, `SELECT fanout.subscribe($1, 'check')`, topic)
+	require.NoError(t, err)
+	incarnation := func(tag string) {
+		_, err := src.Exec(ctx, `SELECT fanout.create_topic($1, semantics => 'pubsub')`, topic)
+		require.NoError(t, err)
+		_, err = src.Exec(ctx, `SELECT fanout.subscribe($1, 'mirror')`, topic)
+		require.NoError(t, err)
+		for i := 1; i <= 3; i++ {
+			_, err = src.Exec(ctx, `SELECT fanout.publish($1, $2)`, topic, fmt.Sprintf(`{"%s":%d}`, tag, i))
+			require.NoError(t, err)
+		}
+		m, err := shards.NewMirror(ctx, src, dst, shards.MirrorConfig{Topic: topic, Group: "mirror", Consumer: "m1"})
+		require.NoError(t, err)
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- m.Run(rctx) }()
+		for m.Stats().Messages < 3 {
+			select {
+			case <-ctx.Done():
+				t.Fatal("the mirror never copied the page")
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		cancel()
+		require.NoError(t, <-done)
+	}
+	incarnation("old")
+	require.EqualValues(t, 3, countOn(t, ctx, dstB.URL, topic))
+	_, err = src.Exec(ctx, `SELECT fanout.drop_topic($1, force => true)`, topic)
+	require.NoError(t, err)
+	incarnation("new")
+	require.EqualValues(t, 6, countOn(t, ctx, dstB.URL, topic), "the new topic's messages 1..3 are new messages")
 }
