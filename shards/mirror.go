@@ -53,7 +53,8 @@ type MirrorStats struct {
 // regional copy, a read replica of one topic), the cascade pattern of
 // PgQ's pgq_node: a consumer group on the source, read page by page; each
 // page is published into the target topic in one publish_batch (one
-// transaction) with dedupe_key = MirrorKey(source topic, source id), and
+// transaction) with dedupe_key = MirrorKey(source topic, source id and
+// publication time), and
 // acked on the source only after that commit. A mirror that dies between
 // the two gets the page again after its lease and publishes it again; the
 // target's dedupe keys make the copy exactly once (within the target
@@ -70,9 +71,14 @@ type Mirror struct {
 	pages, messages, failures atomic.Int64
 }
 
-// MirrorKey is the dedupe key of source message id of topic in the target.
-func MirrorKey(topic string, id int64) string {
-	return "mirror:" + topic + "/" + strconv.FormatInt(id, 10)
+// MirrorKey is the dedupe key in the target of the source message id of
+// topic published at publishedAt (Delivery.PublishedAt, which a redelivery
+// keeps). The id alone does not name a message: a source topic dropped and
+// created again, or moved to another shard, numbers its messages from 1
+// again, and its new messages would be taken for copies of the old ones
+// within the target's dedupe_window, acked on the source and lost.
+func MirrorKey(topic string, id int64, publishedAt time.Time) string {
+	return "mirror:" + topic + "/" + strconv.FormatInt(id, 10) + "@" + strconv.FormatInt(publishedAt.UnixMicro(), 10)
 }
 
 // NewMirror returns a mirror of cfg.Topic on src into cfg.TargetTopic on
@@ -154,7 +160,7 @@ func (m *Mirror) step(ctx context.Context, pub *client.Publisher) (int, error) {
 	msgs := make([]client.Message, len(ds))
 	for i, d := range ds {
 		msgs[i] = client.Message{Payload: d.Payload, Headers: d.Headers, MessageGroup: d.MessageGroup,
-			DedupeKey: MirrorKey(m.cfg.Topic, d.ID)}
+			DedupeKey: MirrorKey(m.cfg.Topic, d.ID, d.PublishedAt)}
 	}
 	if _, err := pub.PublishBatch(ctx, m.cfg.TargetTopic, msgs); err != nil {
 		return len(ds), fmt.Errorf("copy %d messages (lease %d): %w", len(ds), ds[0].LeaseID, err)

@@ -88,7 +88,7 @@ func TestShardsMirrorKillAndRestart(t *testing.T) {
 	require.NotEmpty(t, ds)
 	half := make([]client.Message, len(ds))
 	for i, d := range ds {
-		half[i] = client.Message{Payload: d.Payload, MessageGroup: d.MessageGroup, DedupeKey: shards.MirrorKey(topic, d.ID)}
+		half[i] = client.Message{Payload: d.Payload, MessageGroup: d.MessageGroup, DedupeKey: shards.MirrorKey(topic, d.ID, d.PublishedAt)}
 	}
 	_, err = client.NewPublisher(dst).PublishBatch(ctx, topic, half)
 	require.NoError(t, err)

@@ -12,8 +12,8 @@
 -- topic passed after 250 ms (sizing a topic's table opens it: a lock held
 -- to the end of the call and a look at its file; 1,000 topics a call took
 -- a second on a loaded machine); never
--- waits (a topic whose row an alter or a drop holds is tried again by a
--- later call, a key a publisher holds is left to the next pass, a lease
+-- waits (a topic whose row an alter or a drop holds is passed by, its keys
+-- left to the next pass, as is a key a publisher holds; a lease
 -- slot or member row another transaction holds to a later call). Returns
 -- how many rows were deleted plus how many dedupe blocks were swept and
 -- topics passed; call again while it returns > 0. Takes its own lock
@@ -118,8 +118,9 @@ BEGIN
         -- blocks there now), at most 100 topics per call and none after
         -- 250 ms. A topic's row is
         -- locked (key share) before its table is opened, without waiting:
-        -- a topic whose row is taken (an alter or a drop in flight) is
-        -- tried again by a later call, a dropped one is passed by.
+        -- a topic whose row is taken (an alter or a drop in flight, maybe
+        -- left open by a tenant) is passed by until the next pass, as is a
+        -- dropped one.
         FOR v_i IN 1 .. 100 LOOP
             EXIT WHEN v_i > 1 AND clock_timestamp() - v_start > interval '250 ms';
             IF v_sweep.pass_end IS NULL THEN  -- the table not sized yet
@@ -129,10 +130,12 @@ BEGIN
                     v_sweep.pass_end := coalesce(pg_relation_size(to_regclass(
                                             format('fanout_data.%I', v_table || '_dedupe'))), 0)
                                         / current_setting('block_size')::bigint;
-                ELSIF EXISTS (SELECT 1 FROM fanout.topic t WHERE t.topic_id = v_sweep.topic_id) THEN
-                    EXIT;  -- taken: a later call
                 ELSE
-                    v_sweep.pass_end := 0;  -- dropped
+                    -- Dropped, or taken: passed by. A taken topic's keys
+                    -- wait for the next pass; stopping here let one
+                    -- tenant's open alter or drop stop the sweep of every
+                    -- topic after it for as long as it stayed open.
+                    v_sweep.pass_end := 0;
                 END IF;
             END IF;
             EXIT WHEN v_sweep.next_block < v_sweep.pass_end;
@@ -164,10 +167,10 @@ BEGIN
                 GET DIAGNOSTICS v_n = ROW_COUNT;
                 v_done := v_done + v_n + (v_hi - v_sweep.next_block)::int;
                 v_sweep.next_block := v_hi;
-            ELSIF NOT EXISTS (SELECT 1 FROM fanout.topic t WHERE t.topic_id = v_sweep.topic_id) THEN
-                v_done := v_done + 1;  -- dropped: on to the next topic
+            ELSE
+                v_done := v_done + 1;  -- dropped or taken: on to the next topic (taken: its rest next pass)
                 v_sweep.next_block := v_sweep.pass_end;
-            END IF;  -- else taken: a later call
+            END IF;
         END IF;
         UPDATE fanout.dedupe_sweep s
         SET topic_id = v_sweep.topic_id,

@@ -26,7 +26,8 @@
 --      captured column publishes nothing). Each message passes a cheap test
 --      on its way (its key present, the size as fanout._check_message
 --      measures it, exact; the message_group: a number key by its length,
---      other keys by fanout._check_name's quick form; a pubsub block read
+--      other ASCII keys by fanout._check_name's quick form, other keys by
+--      fanout._check_name itself; a pubsub block read
 --      in step 1); one that fails it goes through fanout._capture_refuse,
 --      which raises what publish_batch raises (PGQ03, PGQ05, PGQ04, PGQ07,
 --      naming the element), or passes it. No call of the topic's insert
@@ -87,7 +88,11 @@ BEGIN
     -- ASCII digits, sign, point and exponent, valid exactly when it has at
     -- most 512 characters: no regular expression. Whether the value is a
     -- number is read per row (the column's type may be altered later).
-    -- Other keys (text, composite) take the regular expressions.
+    -- Other keys (text, composite) take the regular expressions, and only
+    -- when all ASCII: fanout._check_name limits the length in Unicode NFC,
+    -- which can be longer than the text as written (U+0958 is two
+    -- characters in NFC), so a non-ASCII key is checked exactly
+    -- (fanout._capture_refuse).
     v_num := CASE WHEN cardinality(v_c.key_columns) = 1
                   THEN format('jsonb_typeof(s.j -> %L) = ''number''', v_c.key_columns[1]) ELSE 'false' END;
     IF v_t.partitions IS NOT NULL THEN
@@ -165,7 +170,8 @@ BEGIN
                                  OR octet_length(x.p::text) + v_hlen + coalesce(octet_length(x.g), 0) > v_max
                                  OR CASE WHEN x.num THEN octet_length(x.g) > 512
                                          ELSE x.g IS NOT NULL AND NOT (x.g ~ '^[!-~]' AND char_length(x.g) <= 512
-                                                                       AND x.g !~ '[[:cntrl:]]') END
+                                                                       AND x.g !~ '[[:cntrl:]]'
+                                                                       AND octet_length(x.g) = char_length(x.g)) END
                             THEN fanout._capture_refuse(%3$L, v_table, %4$L, x.nokey, x.p, x.h, x.g, x.i)
                             ELSE x.p END%5$s
                 FROM (SELECT r.p, r.h, r.g, r.nokey, r.num, row_number() OVER () AS i FROM ($q$,

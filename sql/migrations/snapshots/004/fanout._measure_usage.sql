@@ -8,7 +8,8 @@
 -- over it, and lets it resume once a round finds it under. Does nothing
 -- (and forgets every block) while no grant has a max_bytes. A topic whose
 -- table another transaction holds is passed by (fanout._maint_lock_topic).
--- Bounded: at most 100 topics per call, none begun after 250 ms. Returns how many topics it measured
+-- Bounded: at most 100 topics measured per call (topics passed by do not
+-- count), none begun after 250 ms. Returns how many topics it measured
 -- plus how many blocks it forgot; call again while it returns > 0. Takes
 -- its own lock row (fanout._try_lock).
 -- Raises: PGQ03 (p_now NULL or infinite), PGQ21.
@@ -22,6 +23,7 @@ AS $fn$
 DECLARE
     t        record;
     v_done   int := 0;
+    v_seen   int := 0;
     v_bytes  bigint;
     c_func   constant text := 'fanout._measure_usage';
     v_start  timestamptz := clock_timestamp();
@@ -43,9 +45,12 @@ BEGIN
         LEFT JOIN fanout.topic_usage u ON u.topic_id = x.topic_id
         WHERE u.measured_at IS NULL OR u.measured_at <= p_now - interval '1 minute' OR u.measured_at > p_now
         ORDER BY u.measured_at NULLS FIRST, x.topic_id
-        LIMIT 100
     LOOP
-        EXIT WHEN v_done > 0 AND clock_timestamp() - v_start > interval '250 ms';
+        -- 100 measured, not 100 visited: a topic passed by stays first in
+        -- this order (never measured), and 100 of them held by one
+        -- tenant's open transaction made every call measure nothing.
+        EXIT WHEN v_done >= 100 OR (v_seen > 0 AND clock_timestamp() - v_start > interval '250 ms');
+        v_seen := v_seen + 1;
         IF NOT fanout._maint_lock_topic(c_func, t.topic_id) THEN
             CONTINUE;
         END IF;

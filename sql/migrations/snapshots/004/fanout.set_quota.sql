@@ -46,6 +46,11 @@ BEGIN
             coalesce($4::text, 'NULL'), coalesce($5::text, 'NULL'), coalesce($6::text, 'NULL')
             USING ERRCODE = 'PGQ03';
     END IF;
+    -- FOR UPDATE first: it waits for every creator in flight under this
+    -- grant (fanout._quota_check's key share), so that the quota counts
+    -- what they create, and creators that come after see the quota.
+    PERFORM 1 FROM fanout.topic_grant g
+    WHERE g.pattern = v_pattern AND g.role = $2 AND g.privilege = v_priv FOR UPDATE;
     UPDATE fanout.topic_grant g SET max_topics = $4, max_groups = $5, max_bytes = $6
     WHERE g.pattern = v_pattern AND g.role = $2 AND g.privilege = v_priv;
     IF NOT FOUND THEN
