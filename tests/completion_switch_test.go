@@ -85,6 +85,10 @@ func TestCompletionSwitchLeasesAcrossSwitch(t *testing.T) {
 	requireSQLState(t, err, "PGQ28")
 	_, err = b.Pool.Exec(b.ctx, "SELECT fanout.alter_topic($1, completion => 'offset')", topic)
 	require.NoError(t, err, "the same mode again changes nothing")
+	// An upgrade's regeneration while the switch is in progress keeps the
+	// completion function the groups' acks still use.
+	_, err = b.Pool.Exec(b.ctx, "SELECT fanout.regenerate_topics()")
+	require.NoError(t, err)
 
 	// New messages; the old lease is acked after the switch; A gets its
 	// retries and the new messages, B the new ones, each once.
@@ -182,10 +186,17 @@ func TestCompletionSwitchRefusals(t *testing.T) {
 // the middle. Every group acks every committed message exactly once.
 func TestCompletionSwitchUnderTraffic(t *testing.T) {
 	t.Parallel()
+	t.Run("unpartitioned", func(t *testing.T) { switchUnderTraffic(t) })
+	// Key partitions: members own partitions, reads go through their cursors.
+	t.Run("key_partitions", func(t *testing.T) { switchUnderTraffic(t, "partitions => 4") })
+}
+
+func switchUnderTraffic(t *testing.T, opts ...string) {
 	b := setup(t)
 	const topic = "cs_traffic"
 	groups := []string{"g1", "g2", "g3"}
-	b.refTopic(t, topic, "retention => '0'", "zero_subscription_retention => '0'", "partition_interval => '1 minute'")
+	b.refTopic(t, topic, append([]string{"retention => '0'", "zero_subscription_retention => '0'",
+		"partition_interval => '1 minute'"}, opts...)...)
 	for _, g := range groups {
 		b.subscribe(t, topic, g)
 	}
@@ -226,8 +237,8 @@ func TestCompletionSwitchUnderTraffic(t *testing.T) {
 				var got []int64
 				for k := 0; k < 3; k++ {
 					var id int64
-					if err := tx.QueryRow(ctx, "SELECT fanout.publish($1, $2::jsonb)", topic,
-						fmt.Sprintf(`{"p":%d,"i":%d,"k":%d}`, p, i, k)).Scan(&id); err != nil {
+					if err := tx.QueryRow(ctx, "SELECT fanout.publish($1, $2::jsonb, message_group => $3)", topic,
+						fmt.Sprintf(`{"p":%d,"i":%d,"k":%d}`, p, i, k), fmt.Sprintf("key-%d", (i+k)%5)).Scan(&id); err != nil {
 						_ = tx.Rollback(ctx)
 						report(fmt.Errorf("publish: %w", err))
 						return
@@ -367,6 +378,21 @@ func TestCompletionSwitchUnderTraffic(t *testing.T) {
 	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT fanout.alter_topic($1, completion => 'offset')", topic).Scan(new(int64)))
 	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT completion_switch_id FROM fanout.topic WHERE topic = $1", topic).Scan(&switchID))
 	atSwitch := published.Load()
+	pubMu.Lock()
+	sofar := append([]int64{}, committed...)
+	pubMu.Unlock()
+	for _, g := range groups {
+		gl := logs[g]
+		gl.mu.Lock()
+		open := 0
+		for _, id := range sofar {
+			if gl.acked[id] == 0 {
+				open++
+			}
+		}
+		gl.mu.Unlock()
+		t.Logf("%s at the switch: %d of %d committed messages not acked yet", g, open, len(sofar))
+	}
 	wait("the switch finishing under traffic", func() bool {
 		_, done, _ := b.switchState(t, topic)
 		return done
