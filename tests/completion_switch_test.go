@@ -147,6 +147,45 @@ func TestCompletionSwitchLeasesAcrossSwitch(t *testing.T) {
 	require.Equal(t, []string{"completion_switch_started", "completion_switched"}, events)
 }
 
+// A group that died in reference mode (its bit released) and comes back
+// after the switch reads on from its position, as in offset mode: the
+// messages published while it was dead included, each once.
+func TestCompletionSwitchDeadGroupComesBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const topic = "cs_dead"
+	b.refTopic(t, topic)
+	b.subscribe(t, topic, "A", "heartbeat_timeout => '1 day'")
+	b.subscribe(t, topic, "C", "heartbeat_timeout => '1 second'", "dead_after_misses => 1")
+	first := b.publishN(t, topic, 3)
+	require.Equal(t, first, b.readAck(t, topic, "A"))
+	require.Equal(t, first, b.readAck(t, topic, "C"))
+	_, err := b.Pool.Exec(b.ctx, "SELECT fanout._detect_dead_groups(p_now => now() + interval '1 minute')")
+	require.NoError(t, err)
+	require.Equal(t, "dead", b.groupStatus(t, topic, "C"))
+	require.Equal(t, "active", b.groupStatus(t, topic, "A"))
+	b.runJobs(t) // its release
+	whileDead := b.publishN(t, topic, 4)
+	req, _, _ := b.bits(t, topic, whileDead[0])
+	require.Equal(t, []string{"A"}, req, "a dead group is not required")
+
+	_, err = b.Pool.Exec(b.ctx, "SELECT fanout.alter_topic($1, completion => 'offset')", topic)
+	require.NoError(t, err)
+	b.cleanup(t, "2 hours")
+	b.cleanup(t, "2 hours")
+	_, done, bits := b.switchState(t, topic)
+	require.True(t, done)
+	require.Zero(t, bits)
+	require.Zero(t, b.runJobs(t), "no bitmap job after the switch")
+
+	after := b.publishN(t, topic, 2)
+	require.Equal(t, append(append([]int64{}, whileDead...), after...), b.readAck(t, topic, "A"))
+	// The read brings C back; it continues from its position.
+	require.Equal(t, append(append([]int64{}, whileDead...), after...), b.readAck(t, topic, "C"))
+	require.Equal(t, "active", b.groupStatus(t, topic, "C"))
+	require.Zero(t, b.runJobs(t), "no backfill on a switched topic")
+}
+
 // Refused and no-op transitions, with their codes (docs/errors.md).
 func TestCompletionSwitchRefusals(t *testing.T) {
 	t.Parallel()
