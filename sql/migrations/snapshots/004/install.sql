@@ -23,6 +23,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._check_topic_settings.sql" . }}
 {{ template "fanout._completion_switch.sql" . }}
 {{ template "fanout._completion_switch_finish.sql" . }}
+{{ template "fanout._create_page_function.sql" . }}
 {{ template "fanout._create_page_functions.sql" . }}
 {{ template "fanout._create_partition.sql" . }}
 {{ template "fanout._data_table_exists.sql" . }}
