@@ -35,6 +35,7 @@ const (
 	CodeOrderingConflict      = "PGQ23" // sequence, priority or delay that does not fit the topic's ordering
 	CodeMixedPartitionReads   = "PGQ24" // automatic and explicit partition reads mixed in one group
 	CodeQuotaReached          = "PGQ25" // a quota the operator set per grant (topics, groups, bytes retained: fanout.set_quota)
+	CodeCompletionSwitch      = "PGQ28" // a completion-mode switch in progress or held up by a backfill (docs/completion-switch.md)
 	CodeUndefinedFunction     = "42883" // PostgreSQL: no such function (older schema)
 	CodeInsufficientPrivilege = "42501" // PostgreSQL: the role may not call it
 	CodeInvalidSchemaName     = "3F000" // PostgreSQL: no schema fanout (not migrated)

@@ -36,7 +36,7 @@ GRANT EXECUTE ON FUNCTION
     fanout.create_topic(text, text, text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval,
                         boolean, interval, int, boolean, text),
     fanout.alter_topic(text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval, interval,
-                       int, boolean, int, boolean, text, boolean),
+                       int, boolean, int, boolean, text, boolean, text),
     fanout.drop_topic(text, boolean),
     fanout.replay_dead_letters(text, text, bigint[]),
     fanout.purge_dead_letters(text, text, interval),

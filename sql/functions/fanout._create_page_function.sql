@@ -16,12 +16,10 @@ RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
+DECLARE
+    v_ddl text;
 BEGIN
-    -- Dropped first: a new version may return other columns.
-    IF to_regprocedure(format('fanout_data.%I(%s)', p_name, p_argtypes)) IS NOT NULL THEN
-        EXECUTE format('DROP FUNCTION fanout_data.%I(%s)', p_name, p_argtypes);
-    END IF;
-    EXECUTE format($ddl$
+    v_ddl := format($ddl$
         CREATE OR REPLACE FUNCTION fanout_data.%1$I(%2$s
             p_running xid8[], p_to xid8, p_skip xid8[], p_cur_txid xid8, p_cur_id bigint, p_min_id bigint,
             p_limit int, p_mask bigint, p_filter jsonb,
@@ -45,6 +43,18 @@ BEGIN
             END IF;
         END
         $body$$ddl$, p_name, p_params, p_phase1, p_phase2);
+    -- Replaced in place, so it keeps its oid: sessions running it, or about
+    -- to (a read that resolved the name an instant before), go on with the
+    -- new body (fanout._completion_switch regenerates it under traffic; a
+    -- dropped function failed them with "cache lookup failed for function").
+    -- Dropped first only when a new version returns other columns or
+    -- renames a parameter, which CREATE OR REPLACE refuses.
+    BEGIN
+        EXECUTE v_ddl;
+    EXCEPTION WHEN invalid_function_definition THEN
+        EXECUTE format('DROP FUNCTION fanout_data.%I(%s)', p_name, p_argtypes);
+        EXECUTE v_ddl;
+    END;
     EXECUTE format('REVOKE ALL ON FUNCTION fanout_data.%I(%s) FROM PUBLIC', p_name, p_argtypes);
 END
 $fn$;

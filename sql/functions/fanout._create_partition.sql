@@ -3,7 +3,8 @@
 -- [p_part_no << 32, (p_part_no + 1) << 32), and records it in fanout.partition.
 -- Created standalone and then ATTACHed, which takes only SHARE UPDATE
 -- EXCLUSIVE on the parent, so publishers are never blocked. Reference-mode
--- topics get the matching partition m<id>_done_p<n> of their completion table.
+-- topics (and topics whose switch to offset is in progress) get the matching
+-- partition m<id>_done_p<n> of their completion table.
 -- Returns the partition's relation name. Tables: fanout.topic,
 -- fanout.partition, fanout_data.*.
 CREATE OR REPLACE FUNCTION fanout._create_partition(p_topic_id bigint, p_part_no int)
@@ -23,7 +24,9 @@ BEGIN
                    v_rel, v_table);
     EXECUTE format('ALTER TABLE fanout_data.%I ATTACH PARTITION fanout_data.%I FOR VALUES FROM (%s) TO (%s)',
                    v_table, v_rel, v_lo, v_hi);
-    IF EXISTS (SELECT 1 FROM fanout.topic t WHERE t.topic_id = p_topic_id AND t.completion = 'reference') THEN
+    IF EXISTS (SELECT 1 FROM fanout.topic t WHERE t.topic_id = p_topic_id
+               AND (t.completion = 'reference'  -- or switching to offset: its groups' acks still record them
+                    OR t.completion_switch_id IS NOT NULL AND t.completion_switch_done_at IS NULL)) THEN
         -- The completion rows of these ids (fanout._complete_bits) go into a
         -- partition of their own with the same bounds, emptied and dropped
         -- together with this one (fanout._cleanup_partitions).

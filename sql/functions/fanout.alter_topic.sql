@@ -1,5 +1,8 @@
 -- fanout.alter_topic(topic, ...options): changes a topic's settings; a NULL
--- option is left as it is. semantics and completion are fixed at creation.
+-- option is left as it is. semantics is fixed at creation; completion may
+-- go from 'reference' to 'offset' (fanout._completion_switch: live, finished
+-- by maintenance; docs/completion-switch.md), the same mode changes nothing,
+-- 'offset' to 'reference' is refused (PGQ03).
 -- max_groups (1..1000000, default 1000) caps the topic's consumer groups
 -- (fanout._check_subscribe_limits, PGQ22); a tenant's admin may set it up to
 -- 1000, above that (and above what the topic has) only an operator (admin
@@ -34,11 +37,13 @@
 -- notify_when: 'always' or 'waiters' (fanout.create_topic; docs/wakeups.md).
 -- Returns the topic id.
 -- Raises: PGQ01, PGQ03 (a bad value), PGQ21 (max_groups above 1000 without
--- an operator's grant). Tables: fanout.topic, fanout.event_log, fanout.kpart (cursors of
+-- an operator's grant), PGQ28 (completion switch while a backfill or release
+-- job has work left). Tables: fanout.topic, fanout.event_log, fanout.kpart (cursors of
 -- new partitions), fanout.consumer_group (locked), fanout.seq_wait,
 -- fanout.seq_state, fanout.seq_done, fanout.seq_lost, fanout.retry,
--- fanout_data.* (notify trigger, insert functions); priorities only
--- fanout.topic and fanout.event_log.
+-- fanout_data.* (notify trigger, insert functions, page functions),
+-- fanout.bitmap_job (completion switch); priorities only fanout.topic and
+-- fanout.event_log.
 CREATE OR REPLACE FUNCTION fanout.alter_topic(
     topic                               text,
     retention                           interval DEFAULT NULL,
@@ -57,7 +62,8 @@ CREATE OR REPLACE FUNCTION fanout.alter_topic(
     max_groups                          int DEFAULT NULL,
     sequence_ordering                   boolean DEFAULT NULL,
     notify_when                         text DEFAULT NULL,
-    priorities                          boolean DEFAULT NULL)
+    priorities                          boolean DEFAULT NULL,
+    completion                          text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -141,6 +147,9 @@ BEGIN
         sequence_dropped_at = CASE WHEN v_old.sequence_ordering AND NOT v_new.sequence_ordering
                                    THEN clock_timestamp() ELSE t.sequence_dropped_at END
     WHERE t.topic_id = v_old.topic_id;
+    IF $19 IS NOT NULL THEN
+        PERFORM fanout._completion_switch(v_old, $19);
+    END IF;
     IF v_old.sequence_ordering AND NOT v_new.sequence_ordering THEN
         -- Every group row first, in one order (a read holds its group's row
         -- while it gates and parks), then the parked messages go to retry.

@@ -1,7 +1,7 @@
 -- fanout.regenerate_topics(after_topic_id, max_topics): rebuilds the
 -- generated per-topic functions of existing topics (fanout_data.m<id>_insert,
 -- _insert_batch, _insert_one, _insert_keyed, _claim, _insert_claimed, _page,
--- _rows, and _done_add in reference mode) with the
+-- _rows, and _done_add while the topic has a completion table) with the
 -- generators of the installed version (fanout._create_insert_functions,
 -- fanout._create_page_functions, fanout._create_done_function), so a fix to
 -- a generator reaches topics created before it. Every upgrade migration
@@ -50,7 +50,10 @@ BEGIN
         END LOOP;
         PERFORM fanout._create_insert_functions(v_t.topic_id);
         PERFORM fanout._create_page_functions(v_t.topic_id);
-        IF v_t.completion = 'reference' THEN
+        -- Reference mode, and a topic switched from it while its completion
+        -- table is still there (fanout._completion_switch).
+        IF v_t.completion = 'reference'
+           OR to_regclass(format('fanout_data.%I', v_t.data_table || '_done')) IS NOT NULL THEN
             PERFORM fanout._create_done_function(v_t.topic_id);
         END IF;
         v_n := v_n + 1;

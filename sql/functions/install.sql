@@ -22,6 +22,8 @@
 {{ template "fanout._check_topic_settings.sql" . }}
 {{ template "fanout._claim_committed_before.sql" . }}
 {{ template "fanout._complete_bits.sql" . }}
+{{ template "fanout._completion_switch.sql" . }}
+{{ template "fanout._completion_switch_finish.sql" . }}
 {{ template "fanout._create_done_function.sql" . }}
 {{ template "fanout._create_insert_functions.sql" . }}
 {{ template "fanout._create_page_function.sql" . }}

@@ -201,3 +201,16 @@ ALTER TABLE fanout.kpart ADD COLUMN IF NOT EXISTS filtered bigint NOT NULL DEFAU
 -- off (NULL: priorities apply once a message has one): reads go in commit
 -- order from each position's next window; publishes may still pass a priority.
 ALTER TABLE fanout.topic ADD COLUMN IF NOT EXISTS priorities_dropped_at timestamptz;
+-- Switching a reference topic to offset completion
+-- (fanout.alter_topic(completion => 'offset'), docs/completion-switch.md):
+-- the first id the topic's sequence had not handed out at the switch (NULL:
+-- never switched; messages below it were stamped in reference mode) and
+-- when it switched; until completion_switch_done_at is set the switch is in
+-- progress (groups keep their bits, new groups wait: PGQ28). Maintenance
+-- records the transactions running once it sees the switch committed
+-- (completion_switch_vxids) and finishes it after they have all ended
+-- (fanout._completion_switch_finish).
+ALTER TABLE fanout.topic ADD COLUMN IF NOT EXISTS completion_switch_id bigint;
+ALTER TABLE fanout.topic ADD COLUMN IF NOT EXISTS completion_switched_at timestamptz;
+ALTER TABLE fanout.topic ADD COLUMN IF NOT EXISTS completion_switch_vxids text[];
+ALTER TABLE fanout.topic ADD COLUMN IF NOT EXISTS completion_switch_done_at timestamptz;

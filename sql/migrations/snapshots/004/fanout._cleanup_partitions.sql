@@ -23,6 +23,11 @@
 -- the call holds a partition it never waits (1 ms lock timeout, NOWAIT): a
 -- wait there could close a lock cycle with readers and ackers.
 -- A topic that fails is logged (fanout._maint_failed) and skipped.
+-- A topic switching from reference to offset completion is first handed to
+-- fanout._completion_switch_finish and left alone until that has finished;
+-- from then on it is an offset topic whose completion partitions (of the
+-- partitions it had before) go with their message partitions, the
+-- completion table with the last of them.
 -- Offset topics: closed partitions are summarized first
 -- (fanout._summarize_partitions), which keeps the per-group checks and loss
 -- counts look-ups rather than scans.
@@ -53,6 +58,7 @@ DECLARE
     v_n        bigint;
     v_timeout  text := current_setting('lock_timeout');
     v_done_rel text;
+    v_has_done boolean;
     v_dead_ref boolean;
     v_held     bigint;
     v_after    bigint;
@@ -78,7 +84,8 @@ BEGIN
         WHERE t.topic_id > coalesce(v_after, 0)
           AND (EXISTS (SELECT 1 FROM fanout.partition p WHERE p.topic_id = t.topic_id AND p.closed_at IS NOT NULL OFFSET 0)
                OR t.completion = 'reference'
-                  AND EXISTS (SELECT 1 FROM fanout.stamp_pending s WHERE s.topic_id = t.topic_id OFFSET 0))
+                  AND EXISTS (SELECT 1 FROM fanout.stamp_pending s WHERE s.topic_id = t.topic_id OFFSET 0)
+               OR t.completion_switch_id IS NOT NULL AND t.completion_switch_done_at IS NULL)
         ORDER BY t.topic_id
         LIMIT 101
     LOOP
@@ -95,6 +102,9 @@ BEGIN
         -- A topic whose row another transaction holds (an alter or a drop,
         -- maybe a tenant's left open) is passed by, not waited for.
         CONTINUE WHEN NOT fanout._maint_lock_topic('fanout._cleanup_partitions', v_t.topic_id);
+        -- A completion switch in progress is finished first; nothing goes
+        -- until it is (its groups' bits still filter what they read).
+        CONTINUE WHEN NOT fanout._completion_switch_finish(v_t, p_now);
         IF v_t.completion = 'reference' THEN
             PERFORM fanout._reconcile_stamps(v_t.topic_id, pg_current_snapshot());
         ELSE
@@ -110,7 +120,12 @@ BEGIN
                 EXIT;
             END IF;
             v_forced := v_p.closed_at <= p_now - v_t.max_retention;
+            -- A topic switched from reference mode keeps completion
+            -- partitions for the partitions it had then (and created until
+            -- the switch finished); they go with their message partitions.
             v_done_rel := CASE WHEN v_t.completion = 'reference'
+                                    OR v_t.completion_switch_id IS NOT NULL
+                                       AND to_regclass(format('fanout_data.%I', v_t.data_table || '_done_p' || v_p.part_no)) IS NOT NULL
                                THEN v_t.data_table || '_done_p' || v_p.part_no END;
             -- Later partitions are younger and no further consumed.
             EXIT WHEN NOT v_forced AND NOT fanout._partition_droppable(v_t, v_p, p_now);
@@ -257,7 +272,10 @@ BEGIN
                 -- partition and waits for one of them).
                 EXECUTE format('LOCK TABLE fanout_data.%I IN ACCESS EXCLUSIVE MODE NOWAIT', v_p.relname);
                 EXECUTE format('LOCK TABLE ONLY fanout_data.%I IN ACCESS EXCLUSIVE MODE NOWAIT', v_t.data_table);
-                IF v_t.completion = 'reference' THEN
+                v_has_done := v_t.completion = 'reference'
+                              OR v_t.completion_switch_id IS NOT NULL
+                                 AND to_regclass(format('fanout_data.%I', v_t.data_table || '_done')) IS NOT NULL;
+                IF v_has_done THEN
                     v_done_rel := v_t.data_table || '_done_p' || v_p.part_no;
                     IF to_regclass(format('fanout_data.%I', v_done_rel)) IS NOT NULL THEN
                         EXECUTE format('LOCK TABLE fanout_data.%I IN ACCESS EXCLUSIVE MODE NOWAIT', v_done_rel);
@@ -266,8 +284,18 @@ BEGIN
                                    v_t.data_table || '_done');
                 END IF;
                 EXECUTE format('DROP TABLE fanout_data.%I', v_p.relname);
-                IF v_t.completion = 'reference' THEN
+                IF v_has_done THEN
                     EXECUTE format('DROP TABLE IF EXISTS fanout_data.%I', v_done_rel);
+                END IF;
+                IF v_has_done AND v_t.completion = 'offset' AND NOT EXISTS (
+                       SELECT 1 FROM pg_inherits i
+                       WHERE i.inhparent = format('fanout_data.%I', v_t.data_table || '_done')::regclass) THEN
+                    -- Switched from reference mode and the last completion
+                    -- partition gone (the switch finished: cleanup runs only
+                    -- then): the completion table goes too.
+                    EXECUTE format('DROP TABLE fanout_data.%I', v_t.data_table || '_done');
+                    EXECUTE format('DROP FUNCTION IF EXISTS fanout_data.%I(smallint, bigint[])',
+                                   v_t.data_table || '_done_add');
                 END IF;
                 DELETE FROM fanout.partition p WHERE p.topic_id = v_p.topic_id AND p.part_no = v_p.part_no;
             EXCEPTION WHEN lock_not_available THEN

@@ -131,7 +131,10 @@ BEGIN
                coalesce(c.opened_at, c.created_at) AS opened_at,
                n.part_no AS next_no, n.lo_id AS next_lo, n.created_xid AS next_xid, n.stale_vxids AS next_stale,
                n.stale_at AS next_stale_at, n.refresh_xid AS next_refresh_xid,
-               n.refresh_vxids AS next_refresh_vxids, n.refresh_at AS next_refresh_at, t.completion
+               n.refresh_vxids AS next_refresh_vxids, n.refresh_at AS next_refresh_at,
+               -- a switch to offset in progress: acks still record completions
+               CASE WHEN t.completion_switch_id IS NOT NULL AND t.completion_switch_done_at IS NULL
+                    THEN 'reference' ELSE t.completion END AS completion
         FROM fanout.topic t
         JOIN LATERAL (SELECT p.* FROM fanout.partition p
                       WHERE p.topic_id = t.topic_id AND p.closed_at IS NULL

@@ -102,11 +102,13 @@ BEGIN
       AND NOT EXISTS (SELECT 1 FROM fanout.partition p WHERE p.relname = c.relname)
       AND NOT EXISTS (SELECT 1 FROM fanout.topic t WHERE t.data_table = c.relname)
       AND NOT EXISTS (SELECT 1 FROM fanout.topic t WHERE t.data_table || '_dedupe' = c.relname)
-      -- reference mode: the completion table and its partitions
+      -- reference mode (and switched from it): the completion table and its partitions
       AND NOT EXISTS (SELECT 1 FROM fanout.topic t
-                      WHERE t.completion = 'reference' AND t.data_table || '_done' = c.relname)
+                      WHERE (t.completion = 'reference' OR t.completion_switch_id IS NOT NULL)
+                        AND t.data_table || '_done' = c.relname)
       AND NOT EXISTS (SELECT 1 FROM fanout.partition p JOIN fanout.topic t USING (topic_id)
-                      WHERE t.completion = 'reference' AND t.data_table || '_done_p' || p.part_no = c.relname)
+                      WHERE (t.completion = 'reference' OR t.completion_switch_id IS NOT NULL)
+                        AND t.data_table || '_done_p' || p.part_no = c.relname)
     UNION ALL
     SELECT t.topic, g.group_name, NULL, 'error', 'group window is out of order (xmax(lo) > xmax(hi))'
     FROM fanout.consumer_group g JOIN fanout.topic t USING (topic_id)

@@ -25,7 +25,8 @@
 -- PGQ19 (not a pubsub topic), PGQ22 (the topic has max_groups groups; a
 -- topic's new groups are subscribed one at a time, so concurrent ones count
 -- each other), PGQ25 (a groups quota of a grant matching the topic:
--- fanout.set_quota), 40001 (a new group in a REPEATABLE READ or
+-- fanout.set_quota), PGQ28 (a new group while the topic's completion mode
+-- switch is in progress: fanout._completion_switch), 40001 (a new group in a REPEATABLE READ or
 -- SERIALIZABLE transaction whose snapshot predates another new group's
 -- commit: its max_groups count would miss that group; retry).
 -- Tables: fanout.topic, fanout.lock_row (the topic's, for a new group), fanout.topic_grant
@@ -131,6 +132,14 @@ BEGIN
         RETURN;
     END IF;
 
+    IF EXISTS (SELECT 1 FROM fanout.topic t WHERE t.topic_id = v_t.topic_id
+               AND t.completion_switch_id IS NOT NULL AND t.completion_switch_done_at IS NULL) THEN
+        -- A new group has no bit; a session still using the page function
+        -- from before the switch would filter its reads by it and see nothing.
+        RAISE EXCEPTION 'topic % is switching its completion mode; a new group may subscribe once it has finished',
+            quote_literal(v_t.topic) USING ERRCODE = 'PGQ28',
+            HINT = 'retry after the next maintenance rounds (event_log kind completion_switched)';
+    END IF;
     IF v_t.completion = 'reference' THEN
         -- Before the snapshot that defines what the group gets: every
         -- transaction it does not see gets the group's bit (_stamp_fence).

@@ -24,8 +24,11 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._check_order_options.sql" . }}
 {{ template "fanout._check_subscribe_limits.sql" . }}
 {{ template "fanout._check_topic_settings.sql" . }}
+{{ template "fanout._completion_switch.sql" . }}
+{{ template "fanout._completion_switch_finish.sql" . }}
 {{ template "fanout._create_page_function.sql" . }}
 {{ template "fanout._create_page_functions.sql" . }}
+{{ template "fanout._create_partition.sql" . }}
 {{ template "fanout._data_table_exists.sql" . }}
 {{ template "fanout._dead_letter.sql" . }}
 {{ template "fanout._enter.sql" . }}
@@ -53,6 +56,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._reconcile_stamps.sql" . }}
 {{ template "fanout._retries_take.sql" . }}
 {{ template "fanout._sequence_gate.sql" . }}
+{{ template "fanout._start_bitmap_job.sql" . }}
 {{ template "fanout._tally.sql" . }}
 {{ template "fanout._topic.sql" . }}
 {{ template "fanout._topic_group_view.sql" . }}
