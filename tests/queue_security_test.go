@@ -132,6 +132,7 @@ func TestQueueFunctionsPinSearchPath(t *testing.T) {
 		granted bool // EXECUTE granted to a fanout_* role
 		public  bool // EXECUTE for PUBLIC
 		trigger bool
+		proc    bool // a procedure that commits: no SET clause, not SECURITY DEFINER
 	}
 	rows, err := b.Pool.Query(b.ctx, `
 		SELECT p.oid::regprocedure::text, p.prosecdef,
@@ -142,19 +143,26 @@ func TestQueueFunctionsPinSearchPath(t *testing.T) {
 		                 AND a.privilege_type = 'EXECUTE'),
 		       EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
 		               WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE'),
-		       p.prorettype = 'trigger'::regtype
+		       p.prorettype = 'trigger'::regtype, p.prokind = 'p'
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 		WHERE n.nspname = 'fanout' ORDER BY 1`)
 	require.NoError(t, err)
 	fns, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fn, error) {
 		var f fn
-		return f, r.Scan(&f.sig, &f.secdef, &f.pinned, &f.granted, &f.public, &f.trigger)
+		return f, r.Scan(&f.sig, &f.secdef, &f.pinned, &f.granted, &f.public, &f.trigger, &f.proc)
 	})
 	require.NoError(t, err)
 	require.Greater(t, len(fns), 30)
 
 	public := 0
 	for _, f := range fns {
+		if f.proc {
+			// A procedure that commits may neither SET nor be SECURITY
+			// DEFINER (PostgreSQL refuses its COMMIT): it runs with the
+			// caller's rights and every function it calls is checked here.
+			require.False(t, f.secdef || f.pinned || f.public, "%s: a procedure runs as its caller, for operators only", f.sig)
+			continue
+		}
 		require.True(t, f.pinned, "%s must SET search_path = pg_catalog, fanout, pg_temp", f.sig)
 		if f.granted {
 			public++

@@ -185,8 +185,8 @@ func TestReleaseSyntheticUpgrade(t *testing.T) {
 
 	ins, err := os.ReadFile(filepath.Join(dir, "sql/migrations/snapshots/004/install.sql"))
 	require.NoError(t, err)
-	require.Contains(t, string(ins), "DROP FUNCTION IF EXISTS fanout.zz_synth(integer);\n")
-	require.Contains(t, string(ins), "DROP FUNCTION IF EXISTS fanout.zz_gone(integer);\n")
+	require.Contains(t, string(ins), "DROP ROUTINE IF EXISTS fanout.zz_synth(integer);\n")
+	require.Contains(t, string(ins), "DROP ROUTINE IF EXISTS fanout.zz_gone(integer);\n")
 	require.Contains(t, string(ins), `{{ template "fanout._create_page_function.sql" . }}`)
 	require.Contains(t, string(ins), `{{ template "fanout.zz_new.sql" . }}`)
 	require.Contains(t, string(ins), `{{ template "_upgrade_before.sql" . }}`)

@@ -225,7 +225,7 @@ func TestTenantEdgeInternals(t *testing.T) {
 		"_group_view", "_kpart_view", "_topic_group_view",
 		// admin-only maintenance entry points; they check an admin grant on '%'
 		"_manage_partitions", "_cleanup_partitions", "_cleanup_bookkeeping", "_detect_dead_groups",
-		"_cleanup_groups", "_sequence_gap_alerts", "_bitmap_step", "_refresh_topic_state", "_measure_usage",
+		"_cleanup_groups", "_sequence_gap_alerts", "_bitmap_step", "_refresh_topic_state", "_measure_usage", "_maint_call",
 		// trigger functions (not callable directly)
 		"_group_mask_trigger", "_notify_trigger", "_required_groups_trigger", "_tally_trigger"} {
 		allowed[s] = true

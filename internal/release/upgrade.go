@@ -24,7 +24,7 @@ const SignaturesFile = "sql/signatures.txt"
 
 const signaturesSQL = `
 SELECT line FROM (
-  SELECT format('function %s returns %s', p.oid::regprocedure, pg_get_function_result(p.oid)) AS line
+  SELECT format('function %s returns %s', p.oid::regprocedure, coalesce(pg_get_function_result(p.oid), 'nothing (a procedure)')) AS line
   FROM pg_proc p WHERE p.pronamespace = 'fanout'::regnamespace
   UNION ALL
   SELECT format('view %s(%s)', c.oid::regclass,
@@ -92,7 +92,7 @@ BEGIN
         EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', r.v);
     END LOOP;
     FOR r IN SELECT p.oid::regprocedure AS f FROM pg_proc p WHERE p.pronamespace = 'fanout'::regnamespace LOOP
-        EXECUTE format('DROP FUNCTION IF EXISTS %s CASCADE', r.f);
+        EXECUTE format('DROP ROUTINE IF EXISTS %s CASCADE', r.f);
     END LOOP;
 END
 $drop$`)
@@ -317,7 +317,7 @@ func sigKey(line string) string {
 func dropStatement(line string) string {
 	k := sigKey(line)
 	if strings.HasPrefix(k, "function ") {
-		return "DROP FUNCTION IF EXISTS " + strings.TrimPrefix(k, "function ") + ";"
+		return "DROP ROUTINE IF EXISTS " + strings.TrimPrefix(k, "function ") + ";"
 	}
 	return "DROP VIEW IF EXISTS " + strings.TrimPrefix(k, "view ") + ";"
 }

@@ -44,6 +44,7 @@ GRANT EXECUTE ON FUNCTION
     fanout.maint_functions(),
     fanout.maint_skips(),
     fanout.run_maintenance(timestamptz),
+    fanout._maint_call(text, text, timestamptz),
     fanout._manage_partitions(timestamptz),
     fanout._cleanup_partitions(timestamptz),
     fanout._cleanup_bookkeeping(timestamptz),
@@ -103,3 +104,8 @@ GRANT SELECT ON fanout.topic_grants TO fanout_admin, fanout_producer, fanout_con
 
 -- The installed version (fanout.version): anyone with a pgq role may ask.
 GRANT EXECUTE ON FUNCTION fanout.version() TO fanout_admin, fanout_producer, fanout_consumer;
+
+-- fanout.maintain is a procedure (it commits), which ALL FUNCTIONS above
+-- does not cover: an operator's, like run_maintenance.
+REVOKE ALL ON PROCEDURE fanout.maintain(timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON PROCEDURE fanout.maintain(timestamptz) TO fanout_admin;

@@ -2,8 +2,12 @@
 -- without the pgq-scheduler sidecar (e.g. from pg_cron every minute): runs
 -- every operation fanout.maint_operations() lists until it returns 0, at most
 -- 100 times each. Returns the total work done.
+-- Runs in one transaction: a partition it drops keeps its topic's table
+-- locked (ACCESS EXCLUSIVE) until the whole round commits, so publishers and
+-- readers of that topic wait for the rest of the round. CALL fanout.maintain()
+-- commits after each call instead (the form for pg_cron).
 -- Never blocks on another transaction's lock for long: each operation runs
--- with lock_timeout 1 second (restored when it returns); the
+-- with lock_timeout 1 second (fanout._maint_call); the
 -- operations pass by a tenant's locked topic themselves (fanout.maint_skips)
 -- and this is the bound for anything else. An operation that still meets
 -- lock_not_available is rolled back alone (WARNING) and the round goes on
@@ -14,31 +18,18 @@ CREATE OR REPLACE FUNCTION fanout.run_maintenance(now timestamptz DEFAULT now())
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
-SET lock_timeout = '1s'
 AS $fn$
 DECLARE
     p_now   ALIAS FOR $1;
     r       record;
-    v_fn    regproc;
     v_n     int;
     v_total bigint := 0;
 BEGIN
     PERFORM fanout._authorize_all();  -- acts on every tenant
     PERFORM fanout._check_now(p_now);
     FOR r IN SELECT * FROM fanout.maint_operations(p_now) AS o LOOP
-        v_fn := r.func::regproc;
         FOR i IN 1..100 LOOP
-            BEGIN
-                IF r.arg IS NULL THEN
-                    EXECUTE format('SELECT %s(p_now => $1)', v_fn) INTO v_n USING p_now;
-                ELSE
-                    EXECUTE format('SELECT %s($1, p_now => $2)', v_fn) INTO v_n USING r.arg, p_now;
-                END IF;
-            EXCEPTION WHEN lock_not_available THEN
-                RAISE WARNING 'fanout: run_maintenance: % waited too long for a lock and is left to the next round: %',
-                    v_fn, SQLERRM;
-                v_n := 0;
-            END;
+            v_n := fanout._maint_call(r.func, r.arg, p_now);
             v_total := v_total + v_n;
             EXIT WHEN v_n = 0;
         END LOOP;

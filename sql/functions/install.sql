@@ -69,6 +69,7 @@
 {{ template "fanout._lock_group.sql" . }}
 {{ template "fanout._lock_lease.sql" . }}
 {{ template "fanout._lock_row_wait.sql" . }}
+{{ template "fanout._maint_call.sql" . }}
 {{ template "fanout._maint_failed.sql" . }}
 {{ template "fanout._maint_lock_topic.sql" . }}
 {{ template "fanout._maint_skipped.sql" . }}
@@ -148,6 +149,7 @@
 {{ template "fanout.groups_near_timeout.sql" . }}
 {{ template "fanout.log_action.sql" . }}
 {{ template "fanout.maint_skips.sql" . }}
+{{ template "fanout.maintain.sql" . }}
 {{ template "fanout.message_status.sql" . }}
 {{ template "fanout.pause.sql" . }}
 {{ template "fanout.purge_dead_letters.sql" . }}

@@ -3,13 +3,13 @@
 -- Schema changes (sql/upgrade/before.sql).
 {{ template "_upgrade_before.sql" . }}
 -- Functions and views whose signature is gone or changed (sql/signatures.txt).
-DROP FUNCTION IF EXISTS fanout._capture_trigger();
-DROP FUNCTION IF EXISTS fanout._lease_open(bigint,text,timestamp with time zone,timestamp with time zone,bigint[],xid8[],integer[],integer,bigint,bigint);
-DROP FUNCTION IF EXISTS fanout._lock_lease(bigint);
-DROP FUNCTION IF EXISTS fanout._topic_lock_key(text);
-DROP FUNCTION IF EXISTS fanout.alter_topic(text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,interval,integer,boolean);
-DROP FUNCTION IF EXISTS fanout.create_topic(text,text,text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,boolean,interval,integer,boolean);
-DROP FUNCTION IF EXISTS fanout.subscribe(text,text,text,timestamp with time zone,bigint,bigint,interval,integer,integer,text);
+DROP ROUTINE IF EXISTS fanout._capture_trigger();
+DROP ROUTINE IF EXISTS fanout._lease_open(bigint,text,timestamp with time zone,timestamp with time zone,bigint[],xid8[],integer[],integer,bigint,bigint);
+DROP ROUTINE IF EXISTS fanout._lock_lease(bigint);
+DROP ROUTINE IF EXISTS fanout._topic_lock_key(text);
+DROP ROUTINE IF EXISTS fanout.alter_topic(text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,interval,integer,boolean);
+DROP ROUTINE IF EXISTS fanout.create_topic(text,text,text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,boolean,interval,integer,boolean);
+DROP ROUTINE IF EXISTS fanout.subscribe(text,text,text,timestamp with time zone,bigint,bigint,interval,integer,integer,text);
 DROP VIEW IF EXISTS fanout.groups;
 DROP VIEW IF EXISTS fanout.topic_grants;
 DROP VIEW IF EXISTS fanout.topics;
@@ -46,6 +46,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._lease_targets.sql" . }}
 {{ template "fanout._lock_lease.sql" . }}
 {{ template "fanout._lock_row_wait.sql" . }}
+{{ template "fanout._maint_call.sql" . }}
 {{ template "fanout._maint_lock_topic.sql" . }}
 {{ template "fanout._may.sql" . }}
 {{ template "fanout._page_defer.sql" . }}
@@ -74,10 +75,12 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._sequence_gap_alerts.sql" . }}
 {{ template "fanout.maint_functions.sql" . }}
 {{ template "fanout.maint_operations.sql" . }}
+{{ template "fanout.run_maintenance.sql" . }}
 {{ template "fanout.alter_topic.sql" . }}
 {{ template "fanout.check_consistency.sql" . }}
 {{ template "fanout.create_topic.sql" . }}
 {{ template "fanout.drop_topic.sql" . }}
+{{ template "fanout.maintain.sql" . }}
 {{ template "fanout.message_status.sql" . }}
 {{ template "fanout.regenerate_topics.sql" . }}
 {{ template "fanout.seek.sql" . }}
