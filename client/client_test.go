@@ -581,7 +581,10 @@ func TestLingerGathersAPage(t *testing.T) {
 	createTopic(t, ctx, b.Pool, "trickle", "semantics => 'pubsub'")
 	consumers := map[string]*client.Consumer{}
 	collectors := map[string]*collector{}
-	for group, linger := range map[string]time.Duration{"eager": 0, "patient": 3 * time.Second} {
+	// The patient consumer's linger outlasts every wait of the test before
+	// its last publish (the eager read below may take up to 10 s on a
+	// loaded machine), so its one page cannot come before the fourth message.
+	for group, linger := range map[string]time.Duration{"eager": 0, "patient": 15 * time.Second} {
 		_, err := b.Pool.Exec(ctx, `SELECT * FROM fanout.subscribe('trickle', $1)`, group)
 		require.NoError(t, err)
 		collectors[group] = newCollector()
@@ -603,7 +606,7 @@ func TestLingerGathersAPage(t *testing.T) {
 		publish()
 	}
 	collectors["eager"].wait(t, 3, 10*time.Second)
-	collectors["patient"].wait(t, 4, 20*time.Second)
+	collectors["patient"].wait(t, 4, 40*time.Second)
 	pages := func(c *client.Consumer) int64 { s := c.Stats(); return s.Reads - s.EmptyReads }
 	require.Equal(t, int64(1), pages(consumers["patient"]), "the lingering consumer read the four messages in one page")
 	require.GreaterOrEqual(t, pages(consumers["eager"]), int64(2), "the eager consumer read the first message alone")
