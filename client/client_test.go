@@ -593,7 +593,10 @@ func TestLingerGathersAPage(t *testing.T) {
 		require.NoError(t, err)
 		consumers[group] = c
 		run(t, ctx, c)
-		eventually(t, func() bool { return c.Stats().EmptyReads >= 1 }, 10*time.Second, group+" idle")
+		// Two empty reads: the one before the consumer announced its wait and
+		// the one after (docs/wakeups.md), so it sleeps on the notification
+		// and no announcement races the first publish below.
+		eventually(t, func() bool { return c.Stats().EmptyReads >= 2 }, 10*time.Second, group+" idle")
 	}
 	pub := client.NewPublisher(b.Pool)
 	publish := func() {
