@@ -174,7 +174,7 @@ func TestQueueFunctionsPinSearchPath(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, public, 10)
 	for _, must := range []string{"fanout.publish(text,jsonb,jsonb,text,boolean,text,timestamp with time zone,interval,integer,bigint)", "fanout.read(text,text,text,integer,interval,bigint,integer,bigint)",
-		"fanout.ack(bigint,bigint[])", "fanout.create_topic(text,text,text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,boolean,interval,integer,boolean,text)"} {
+		"fanout.ack(bigint,bigint[])", "fanout.create_topic(text,text,text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,boolean,interval,integer,boolean,text,interval)"} {
 		found := false
 		for _, f := range fns {
 			if f.sig == must {

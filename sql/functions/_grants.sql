@@ -34,9 +34,9 @@ TO fanout_consumer;
 
 GRANT EXECUTE ON FUNCTION
     fanout.create_topic(text, text, text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval,
-                        boolean, interval, int, boolean, text),
+                        boolean, interval, int, boolean, text, interval),
     fanout.alter_topic(text, interval, interval, boolean, interval, int, int, interval, boolean, interval, interval, interval,
-                       int, boolean, int, boolean, text, boolean, text),
+                       int, boolean, int, boolean, text, boolean, text, interval),
     fanout.drop_topic(text, boolean),
     fanout.replay_dead_letters(text, text, bigint[]),
     fanout.purge_dead_letters(text, text, interval),

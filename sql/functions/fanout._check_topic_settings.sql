@@ -1,7 +1,7 @@
 -- fanout._check_topic_settings(p_t): validates a topic's settings before it is
 -- created or altered. Every setting has an upper bound too (README, "Limits"):
 -- retention, zero_subscription_retention, max_retention and zombie_ttl at
--- most 3650 days, partition_interval at most 365 days, so that maintenance
+-- most 3650 days, segment_interval (column partition_interval) at most 365 days, so that maintenance
 -- can always compute with them (a setting of 178,000,000 years made every
 -- timestamp computation of maintenance fail). partitions: NULL or 1..1024;
 -- whole_transactions only with partitions; sequence_ordering not with
@@ -58,7 +58,7 @@ BEGIN
     END IF;
     IF p_t.partition_interval IS NULL OR p_t.partition_interval < interval '1 minute'
        OR p_t.partition_interval > interval '365 days' THEN
-        RAISE EXCEPTION 'partition_interval must be from 1 minute to 365 days, got %',
+        RAISE EXCEPTION 'segment_interval (partition_interval) must be from 1 minute to 365 days, got %',
             coalesce(p_t.partition_interval::text, 'NULL') USING ERRCODE = 'PGQ03';
     END IF;
     IF p_t.dedupe_window IS NULL OR p_t.dedupe_window < interval '0' OR p_t.dedupe_window > interval '30 days' THEN

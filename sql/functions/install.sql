@@ -97,6 +97,7 @@
 {{ template "fanout._retries_take.sql" . }}
 {{ template "fanout._running_vxids.sql" . }}
 {{ template "fanout._scheduled_count.sql" . }}
+{{ template "fanout._segment_interval.sql" . }}
 {{ template "fanout._sequence_advance.sql" . }}
 {{ template "fanout._sequence_dropped.sql" . }}
 {{ template "fanout._sequence_gap_rows.sql" . }}

@@ -35,6 +35,9 @@
 -- order holds across the change only for keys whose earlier messages were
 -- consumed (README, "Ordering"). An event_log row records the change.
 -- notify_when: 'always' or 'waiters' (fanout.create_topic; docs/wakeups.md).
+-- segment_interval (deprecated alias partition_interval; both with different
+-- values: PGQ03, fanout._segment_interval): how long a segment stays open,
+-- the open one included (fanout._manage_partitions rotates by it).
 -- Returns the topic id.
 -- Raises: PGQ01, PGQ03 (a bad value), PGQ21 (max_groups above 1000 without
 -- an operator's grant), PGQ28 (completion switch while a backfill or release
@@ -63,7 +66,8 @@ CREATE OR REPLACE FUNCTION fanout.alter_topic(
     sequence_ordering                   boolean DEFAULT NULL,
     notify_when                         text DEFAULT NULL,
     priorities                          boolean DEFAULT NULL,
-    completion                          text DEFAULT NULL)
+    completion                          text DEFAULT NULL,
+    segment_interval                    interval DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -102,7 +106,7 @@ BEGIN
     v_new.max_payload_bytes := coalesce($7, v_old.max_payload_bytes);
     v_new.zombie_ttl := coalesce($8, v_old.zombie_ttl);
     v_new.notify := coalesce($9, v_old.notify);
-    v_new.partition_interval := coalesce($10, v_old.partition_interval);
+    v_new.partition_interval := coalesce(fanout._segment_interval($20, $10), v_old.partition_interval);
     v_new.dedupe_window := coalesce($11, v_old.dedupe_window);
     v_new.gap_alert_after := coalesce($12, v_old.gap_alert_after);
     v_new.partitions := coalesce($13, v_old.partitions);

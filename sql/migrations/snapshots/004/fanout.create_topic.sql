@@ -1,6 +1,6 @@
 -- fanout.create_topic(topic, semantics, completion, retention, ...options):
 -- creates a topic: its catalog row, its message table fanout_data.m<id>
--- (range-partitioned by message id, first partition created now), its id
+-- (range-partitioned by message id into segments, the first made now), its id
 -- sequence, its table of dedupe keys (fanout_data.m<id>_dedupe), its
 -- generated insert and page functions (fanout_data.m<id>_*),
 -- the NOTIFY trigger (when notify) and, for queue topics, the one
@@ -8,6 +8,9 @@
 -- only while a consumer announced its wait (fanout.wait_begin), 'always'
 -- on every publishing statement, for consumers that LISTEN without
 -- announcing (docs/wakeups.md).
+-- segment_interval (default 1 hour) is how much time one segment of the
+-- message table covers; partition_interval is its deprecated alias (both
+-- with different values: PGQ03, fanout._segment_interval).
 -- Idempotent: called again with the same settings it returns the same id;
 -- with different settings it raises PGQ02 naming them.
 -- Returns the topic id.
@@ -18,7 +21,7 @@
 -- Reference-mode topics (completion => 'reference', pubsub only) also get
 -- a per-message required_groups bitmap, an index on id, the BEFORE INSERT
 -- trigger that stamps required_groups, the completion table
--- fanout_data.m<id>_done (partitioned like the messages) and a
+-- fanout_data.m<id>_done (in segments like the messages) and a
 -- fanout.topic_state row.
 -- Raises: PGQ03 bad option, PGQ04 bad name, PGQ02 settings differ, PGQ25
 -- (a topics quota of a grant matching the name: fanout.set_quota).
@@ -36,13 +39,14 @@ CREATE OR REPLACE FUNCTION fanout.create_topic(
     max_payload_bytes                   int DEFAULT 1048576,
     zombie_ttl                          interval DEFAULT '7 days',
     notify                              boolean DEFAULT true,
-    partition_interval                  interval DEFAULT '1 hour',
+    partition_interval                  interval DEFAULT NULL,
     dedupe_window                       interval DEFAULT '24 hours',
     sequence_ordering                   boolean DEFAULT false,
     gap_alert_after                     interval DEFAULT '5 minutes',
     partitions                          int DEFAULT NULL,
     whole_transactions                  boolean DEFAULT false,
-    notify_when                         text DEFAULT 'waiters')
+    notify_when                         text DEFAULT 'waiters',
+    segment_interval                    interval DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -68,7 +72,7 @@ BEGIN
     v_new.max_payload_bytes := $9;
     v_new.zombie_ttl := $10;
     v_new.notify := $11;
-    v_new.partition_interval := $12;
+    v_new.partition_interval := coalesce(fanout._segment_interval($19, $12), '1 hour');
     v_new.dedupe_window := $13;
     v_new.sequence_ordering := $14;
     v_new.gap_alert_after := $15;
@@ -101,7 +105,7 @@ BEGIN
                 ('max_payload_bytes', v_old.max_payload_bytes IS DISTINCT FROM v_new.max_payload_bytes),
                 ('zombie_ttl', v_old.zombie_ttl IS DISTINCT FROM v_new.zombie_ttl),
                 ('notify', v_old.notify IS DISTINCT FROM v_new.notify),
-                ('partition_interval', v_old.partition_interval IS DISTINCT FROM v_new.partition_interval),
+                ('segment_interval', v_old.partition_interval IS DISTINCT FROM v_new.partition_interval),
                 ('dedupe_window', v_old.dedupe_window IS DISTINCT FROM v_new.dedupe_window),
                 ('sequence_ordering', v_old.sequence_ordering IS DISTINCT FROM v_new.sequence_ordering),
                 ('gap_alert_after', v_old.gap_alert_after IS DISTINCT FROM v_new.gap_alert_after),

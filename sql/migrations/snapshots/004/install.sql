@@ -56,6 +56,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._quota_check.sql" . }}
 {{ template "fanout._reconcile_stamps.sql" . }}
 {{ template "fanout._retries_take.sql" . }}
+{{ template "fanout._segment_interval.sql" . }}
 {{ template "fanout._sequence_gate.sql" . }}
 {{ template "fanout._start_bitmap_job.sql" . }}
 {{ template "fanout._tally.sql" . }}
