@@ -108,7 +108,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		`pgq_scheduler_job_runs_total{job="discover"}`,
 		`pgq_scheduler_job_duration_seconds_bucket{job="discover",le="+Inf"}`,
 		`pgq_topic_messages{topic="orders"} 3`,
-		`pgq_topic_partitions{topic="orders"} 2`,
+		`pgq_topic_segments{topic="orders"} 2`,
+		`pgq_topic_partitions{topic="orders"} 2`, // deprecated alias of pgq_topic_segments
 		`pgq_topic_dropped_unread_total{topic="orders"} 0`,
 		`pgq_topic_oldest_message_age_seconds{topic="orders"}`,
 		"go_goroutines",

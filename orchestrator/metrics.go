@@ -59,7 +59,7 @@ func newMetrics(reg prometheus.Registerer, isLeader func() bool) *metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, job),
 		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pgq_scheduler_job_rows_total", Help: "Work done by each job as its SQL function reported it (rows, partitions, steps).",
+			Name: "pgq_scheduler_job_rows_total", Help: "Work done by each job as its SQL function reported it (rows, segments, steps).",
 		}, job),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgq_scheduler_job_calls_total", Help: "SQL calls made by each job.",
@@ -104,20 +104,20 @@ type statsCollector struct {
 
 	// published keeps each topic's (by id) highest published count
 	// reported: at a rotation the jump of the sequence and the count of the
-	// partition left behind commit apart, and a counter must not go down.
+	// segment left behind commit apart, and a counter must not go down.
 	publishedMu sync.Mutex
 	published   map[int64]int64
 
-	up, topicMessages, topicOldest, topicPartitions, topicBytes, topicDropped, topicGroups *prometheus.Desc
-	topicPublished                                                                         *prometheus.Desc
-	lagMessages, lagSeconds, deadLetters, inFlight, lost, delivered, members, status       *prometheus.Desc
-	oldestUnacked, retryPending, bfProcessed, bfTotal, bfRate                              *prometheus.Desc
-	expired, waiting                                                                       *prometheus.Desc
-	kparts, kpartsUnowned, kpartImbalance, kpartMaxLag, kpartMaxLagSeconds                 *prometheus.Desc
-	skippedTopics, skippedSeconds, skippedCalls                                            *prometheus.Desc
-	heartbeatAge, heartbeatTimeout, deadLettered, stuck, topicRetention, consistency       *prometheus.Desc
-	acked, nacked                                                                          *prometheus.Desc
-	filtered                                                                               *prometheus.Desc
+	up, topicMessages, topicOldest, topicSegments, topicPartitions, topicBytes, topicDropped, topicGroups *prometheus.Desc
+	topicPublished                                                                                        *prometheus.Desc
+	lagMessages, lagSeconds, deadLetters, inFlight, lost, delivered, members, status                      *prometheus.Desc
+	oldestUnacked, retryPending, bfProcessed, bfTotal, bfRate                                             *prometheus.Desc
+	expired, waiting                                                                                      *prometheus.Desc
+	kparts, kpartsUnowned, kpartImbalance, kpartMaxLag, kpartMaxLagSeconds                                *prometheus.Desc
+	skippedTopics, skippedSeconds, skippedCalls                                                           *prometheus.Desc
+	heartbeatAge, heartbeatTimeout, deadLettered, stuck, topicRetention, consistency                      *prometheus.Desc
+	acked, nacked                                                                                         *prometheus.Desc
+	filtered                                                                                              *prometheus.Desc
 
 	// check_consistency() reads every table: at most once per
 	// ConsistencyEvery, the scrapes in between repeat its last count.
@@ -142,10 +142,13 @@ func newStatsCollector(db DB, leaderName string, logger *slog.Logger) *statsColl
 	d := prometheus.NewDesc
 	return &statsCollector{
 		db: db, leaderName: leaderName, logger: logger,
-		up:              d("pgq_database_up", "1 when the scrape could read the fanout views, else 0.", nil, nil),
-		topicMessages:   d("pgq_topic_messages", "Messages retained in the topic.", t, nil),
-		topicOldest:     d("pgq_topic_oldest_message_age_seconds", "Age of the oldest retained message.", t, nil),
-		topicPartitions: d("pgq_topic_partitions", "Partitions of the topic's message table.", t, nil),
+		up:            d("pgq_database_up", "1 when the scrape could read the fanout views, else 0.", nil, nil),
+		topicMessages: d("pgq_topic_messages", "Messages retained in the topic.", t, nil),
+		topicOldest:   d("pgq_topic_oldest_message_age_seconds", "Age of the oldest retained message.", t, nil),
+		topicSegments: d("pgq_topic_segments", "Segments (PostgreSQL partitions) of the topic's message table.", t, nil),
+		// The name of pgq_topic_segments before 0.2.0, emitted until the next
+		// minor release (docs/releases.md, compatibility policy).
+		topicPartitions: d("pgq_topic_partitions", "Deprecated: pgq_topic_segments (removed in the next minor release).", t, nil),
 		topicBytes:      d("pgq_topic_bytes", "Bytes on disk of the topic's message table.", t, nil),
 		topicDropped:    d("pgq_topic_dropped_unread_total", "Unread messages dropped by max_retention.", t, nil),
 		topicGroups:     d("pgq_topic_active_groups", "Active consumer groups of the topic.", t, nil),
@@ -195,7 +198,7 @@ func newStatsCollector(db DB, leaderName string, logger *slog.Logger) *statsColl
 }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.topicMessages, c.topicOldest, c.topicPartitions, c.topicBytes,
+	for _, d := range []*prometheus.Desc{c.up, c.topicMessages, c.topicOldest, c.topicSegments, c.topicPartitions, c.topicBytes,
 		c.topicDropped, c.topicGroups, c.topicPublished, c.lagMessages, c.lagSeconds, c.oldestUnacked, c.deadLetters, c.retryPending, c.inFlight,
 		c.lost, c.delivered, c.members, c.status, c.bfProcessed, c.bfTotal, c.bfRate, c.expired, c.waiting,
 		c.kparts, c.kpartsUnowned, c.kpartImbalance, c.kpartMaxLag, c.kpartMaxLagSeconds,
@@ -255,6 +258,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		emit(c.topicMessages, prometheus.GaugeValue, r, "messages", t)
 		emit(c.topicOldest, prometheus.GaugeValue, r, "oldest_message_age", t)
+		// Column partitions: the segments of any schema version (0.1.0's
+		// fanout.topics has no segments column).
+		emit(c.topicSegments, prometheus.GaugeValue, r, "partitions", t)
 		emit(c.topicPartitions, prometheus.GaugeValue, r, "partitions", t)
 		emit(c.topicBytes, prometheus.GaugeValue, r, "bytes", t)
 		emit(c.topicDropped, prometheus.CounterValue, r, "dropped_unread", t)
@@ -314,8 +320,8 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 // read the sequence: a role without USAGE on fanout_data or SELECT on the
 // sequence gets no row for it. One catalog look-up per topic, no table read.
 // publishedSQL: per topic, the ids its sequence handed out: those of the
-// storage partitions it has jumped past (fanout.topic_ids_left, added at
-// each jump) and those of the partition it is in (from that partition's
+// segments it has jumped past (fanout.topic_ids_left, added at
+// each jump) and those of the segment it is in (from that segment's
 // first id). The sequence alone jumps by 2^32 at each rotation.
 const publishedSQL = `
 SELECT t.topic, t.topic_id, coalesce(l.ids, 0) + coalesce(s.last - greatest(p.lo_id, 1) + 1, 0)
