@@ -59,13 +59,13 @@ type TopicView struct {
 	ActiveGroups  int64    `json:"active_groups"`
 	Messages      int64    `json:"messages"`
 	OldestAge     *float64 `json:"oldest_message_age_seconds"`
-	Partitions    int64    `json:"partitions"`
+	Segments      int64    `json:"segments"`
 	Bytes         int64    `json:"bytes"`
 	DroppedUnread int64    `json:"dropped_unread"`
 	Channel       string   `json:"channel"`
 	// KeyPartitions is the topic's number of key partitions (P of
-	// create_topic(partitions => P)); 0 when unpartitioned. Partitions
-	// above counts its storage (table) partitions.
+	// create_topic(partitions => P)); 0 when unpartitioned. Segments
+	// above counts its storage segments (its message table's partitions).
 	KeyPartitions int64 `json:"key_partitions"`
 	// PublishRate is messages published per second between the last two
 	// samples; null before the second sample or when not readable.
@@ -246,7 +246,7 @@ func topicView(r Row) TopicView {
 	return TopicView{
 		Topic: r.Text("topic"), Semantics: r.Text("semantics"), Completion: r.Text("completion"),
 		ActiveGroups: intOf(r, "active_groups"), Messages: intOf(r, "messages"),
-		OldestAge: floatPtr(r, "oldest_message_age"), Partitions: intOf(r, "partitions"),
+		OldestAge: floatPtr(r, "oldest_message_age"), Segments: intOf(r, r.SegmentsCol()),
 		Bytes: intOf(r, "bytes"), DroppedUnread: intOf(r, "dropped_unread"), Channel: r.Text("channel"),
 		PublishHistory: []TopicSample{},
 	}

@@ -141,7 +141,7 @@ func TestConsoleAPI(t *testing.T) {
 	require.Equal(t, int64(1), topics["orders.events"].ActiveGroups, "the dead group is not active")
 	require.Equal(t, "reference", topics["audit"].Completion)
 	require.Equal(t, int64(25), topics["audit"].Messages)
-	require.Equal(t, int64(1), topics["audit"].Partitions)
+	require.Equal(t, int64(1), topics["audit"].Segments)
 	require.NotNil(t, topics["audit"].OldestAge)
 
 	require.Len(t, ov.Groups, 5)

@@ -258,10 +258,8 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		emit(c.topicMessages, prometheus.GaugeValue, r, "messages", t)
 		emit(c.topicOldest, prometheus.GaugeValue, r, "oldest_message_age", t)
-		// Column partitions: the segments of any schema version (0.1.0's
-		// fanout.topics has no segments column).
-		emit(c.topicSegments, prometheus.GaugeValue, r, "partitions", t)
-		emit(c.topicPartitions, prometheus.GaugeValue, r, "partitions", t)
+		emit(c.topicSegments, prometheus.GaugeValue, r, r.SegmentsCol(), t)
+		emit(c.topicPartitions, prometheus.GaugeValue, r, r.SegmentsCol(), t)
 		emit(c.topicBytes, prometheus.GaugeValue, r, "bytes", t)
 		emit(c.topicDropped, prometheus.CounterValue, r, "dropped_unread", t)
 		emit(c.topicGroups, prometheus.GaugeValue, r, "active_groups", t)

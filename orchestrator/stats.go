@@ -45,6 +45,16 @@ func (r Row) Float(col string) (float64, bool) {
 }
 
 // Text returns a text column ("" for NULL or a missing column).
+// SegmentsCol is the column of fanout.topics with a topic's storage
+// segments: "segments", or on a schema before it, its deprecated name
+// "partitions" (which on 0.1.0 meant the same).
+func (r Row) SegmentsCol() string {
+	if _, ok := r["segments"]; ok {
+		return "segments"
+	}
+	return "partitions"
+}
+
 func (r Row) Text(col string) string {
 	if s, ok := r[col].(string); ok {
 		return s

@@ -24,12 +24,12 @@ func WriteStatus(w io.Writer, st *Stats) error {
 		b.WriteString("no topics (create one with: SELECT fanout.create_topic('name');)\n")
 	} else {
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TOPIC\tSEMANTICS\tCOMPLETION\tACTIVE GROUPS\tMESSAGES\tOLDEST\tPARTITIONS\tSIZE\tDROPPED UNREAD")
+		fmt.Fprintln(tw, "TOPIC\tSEMANTICS\tCOMPLETION\tACTIVE GROUPS\tMESSAGES\tOLDEST\tSEGMENTS\tSIZE\tDROPPED UNREAD")
 		for _, r := range st.Topics {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 				r.Text("topic"), dash(r.Text("semantics")), dash(r.Text("completion")),
 				count(r, "active_groups"), count(r, "messages"), age(r, "oldest_message_age"),
-				count(r, "partitions"), size(r, "bytes"), count(r, "dropped_unread"))
+				count(r, r.SegmentsCol()), size(r, "bytes"), count(r, "dropped_unread"))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

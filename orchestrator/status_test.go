@@ -36,7 +36,8 @@ func TestWriteStatusBackfills(t *testing.T) {
 	s := out.String()
 	t.Log("\n" + s)
 	require.Contains(t, s, "leader: sidecar-2 (lease expires in 9s)")
-	require.Contains(t, s, "events  pubsub     reference   2              120000    1h30m0s  3           5.0 MiB  0")
+	require.Contains(t, s, "events  pubsub     reference   2              120000    1h30m0s  3         5.0 MiB  0")
+	require.Contains(t, s, "OLDEST   SEGMENTS  SIZE", "a 0.1.0 schema's partitions column is the segments")
 	require.Contains(t, s, "events  search   ACTIVE  3        250  3s       -               10         0             0     2s ago          running 40%")
 	require.Contains(t, s, "BACKFILLS\nTOPIC   GROUP   STATUS   PROCESSED  TOTAL  PROGRESS  RATE/S  ETA\n"+
 		"events  search  running  4000       10000  40%       812.5   8s\n")

@@ -231,7 +231,7 @@ func TestConsoleBrowser(t *testing.T) {
 	require.Contains(t, rows["orders.retry/"].html, `class="view-dl"`)
 
 	// Topics: a queue topic's implicit group counts as an active group;
-	// key partitions apart from storage partitions; the publish
+	// key partitions apart from (storage) segments; the publish
 	// sparkline's scale.
 	topicRow := func(dom, topic string) string {
 		m := regexp.MustCompile(`(?s)<tr class="topic" data-topic="` + regexp.QuoteMeta(topic) + `">(.*?)</tr>`).FindStringSubmatch(dom)
@@ -241,7 +241,8 @@ func TestConsoleBrowser(t *testing.T) {
 	require.Contains(t, topicRow(dom, "emails.send"), `<td class="num active-groups" data-value="1">1</td>`)
 	keyed := topicRow(dom, "orders.keyed")
 	require.Contains(t, keyed, `<td class="num key-partitions" data-value="8">8</td>`)
-	require.Regexp(t, `<td class="num storage-partitions" data-value="\d+">`, keyed)
+	require.Regexp(t, `<td class="num segments" data-value="\d+">`, keyed)
+	require.Regexp(t, `<th class="num"[^>]*>Segments</th>`, dom, "storage segments are labelled apart from key partitions")
 	require.Regexp(t, `<span class="scale" data-max="[0-9.]*[1-9][0-9.]*">max [0-9.,]+/s</span>`, keyed,
 		"the publish sparkline has a scale above 0")
 	// Groups: rates, the lag sparkline's scale, key partitions with

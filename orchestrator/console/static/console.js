@@ -182,7 +182,7 @@
       td(fmtRate(t.publish_rate), "num publish-rate", { "data-value": t.publish_rate === null ? "" : t.publish_rate }),
       el("td", { class: "spark" }, sparkline(ratePoints(t.publish_history, "publish_rate"), "publish rate", fmtRate)),
       num(t.messages, "messages"),
-      td(fmtAge(t.oldest_message_age_seconds), "num"), num(t.key_partitions, "key-partitions"), num(t.partitions, "storage-partitions"),
+      td(fmtAge(t.oldest_message_age_seconds), "num"), num(t.key_partitions, "key-partitions"), num(t.segments, "segments"),
       td(fmtBytes(t.bytes), "num"),
       num(t.dropped_unread, t.dropped_unread > 0 ? "bad" : ""))),
     view.q || view.status ? "no topic matches" : "no topics yet: SELECT fanout.create_topic('name');", 11);
