@@ -125,7 +125,7 @@ func TestStatusBusyDatabase(t *testing.T) {
 	require.Equal(t, "queue", column(t, header, orders, "SEMANTICS"))
 	require.Equal(t, "offset", column(t, header, orders, "COMPLETION"))
 	require.Equal(t, "5", column(t, header, orders, "MESSAGES"))
-	require.Equal(t, "1", column(t, header, orders, "PARTITIONS"))
+	require.Equal(t, "1", column(t, header, orders, "SEGMENTS"))
 	require.Equal(t, "0", column(t, header, orders, "DROPPED UNREAD"))
 	require.Regexp(t, `^\d+(\.\d+)? (KiB|B)$`, column(t, header, orders, "SIZE"))
 	events := lineWith(t, out, "events ")
