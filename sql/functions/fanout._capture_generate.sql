@@ -41,6 +41,16 @@
 -- without regenerating; a statement on a row whose image lacks a captured
 -- key column (renamed or dropped) fails with PGQ03 until the owner calls
 -- fanout.capture_table again, rather than publish a message without a key.
+-- Shape 'statement' (fanout.capture_table(..., shape => 'statement')): steps
+-- 1 and 2 as above, then ONE message per statement: the transition rows'
+-- images as json arrays ('inserted': new rows, 'deleted': old rows; an
+-- UPDATE has both, in step), inline up to the capture's claim_check_rows
+-- per side and within max_payload_bytes, else a claim-check: the message
+-- carries the counts and the rows go to fanout.capture_chunk in chunks of
+-- 500 (one INSERT per side, json_agg over the rows grouped by position;
+-- json, not jsonb: the writer builds text). message_group: the table's
+-- name. Its general path (topic dropped, re-created, sequence-ordered) is
+-- fanout.publish and the chunks under the topic it published to.
 -- The body's dollar quote is a random tag found nowhere else in it, so no
 -- topic or column name can end it early. Nobody but the owner may call it.
 -- Tables: fanout.capture, fanout.topic; creates a function in fanout_data.
@@ -68,6 +78,8 @@ DECLARE
     v_tail  text := ') r) x';
     v_tag   text;
     v_sql   text;
+    v_simg  text;
+    v_stmt  text := '';
 BEGIN
     SELECT * INTO STRICT v_c FROM fanout.capture c WHERE c.capture_id = p_capture_id;
     v_t := fanout._topic(v_c.topic);
@@ -177,6 +189,76 @@ BEGIN
                 FROM (SELECT r.p, r.h, r.g, r.nokey, r.num, row_number() OVER () AS i FROM ($q$,
                       format('fanout_data.%I', v_t.data_table), v_kcol, v_t.topic,
                       array_to_string(v_c.key_columns, ', '), v_kpart);
+    IF v_c.shape = 'statement' THEN
+        -- A transition row's image (alias n): the row itself (json_agg
+        -- prints it), else its jsonb limited to the capture's columns.
+        v_simg := CASE
+            WHEN v_c.columns IS NOT NULL THEN
+                format('(SELECT coalesce(jsonb_object_agg(e.key, e.value), ''{}'') FROM jsonb_each(to_jsonb(n)) e
+                         WHERE e.key = ANY (%L::text[]) AND e.key <> ALL (%L::text[]))', v_c.columns, v_c.exclude_columns)
+            WHEN cardinality(v_c.exclude_columns) > 0 THEN format('(to_jsonb(n) - %L::text[])', v_c.exclude_columns)
+            ELSE 'n' END;
+        v_stmt := format($q$
+            -- 3. Shape 'statement': one message for the statement (its rows
+            --    per side counted first: inline up to %4$s per side and
+            --    within max_payload_bytes, else a claim-check whose rows go
+            --    to fanout.capture_chunk in chunks of 500).
+            IF TG_OP = 'INSERT' THEN
+                SELECT count(*) INTO v_ni FROM fanout_new;
+            ELSIF TG_OP = 'DELETE' THEN
+                SELECT count(*) INTO v_nd FROM fanout_old;
+            ELSIF TG_OP = 'UPDATE' THEN
+                SELECT count(*) INTO v_ni FROM fanout_new;
+                v_nd := v_ni;
+            END IF;
+            IF TG_OP = 'TRUNCATE' THEN
+                v_p := jsonb_build_object('v', 1, 'op', 'truncate', 'table', v_table);
+            ELSIF v_ni + v_nd = 0 THEN
+                RETURN NULL;
+            ELSIF greatest(v_ni, v_nd) <= %4$s THEN
+                v_p := jsonb_build_object('v', 1, 'op', lower(TG_OP), 'table', v_table, 'rows', greatest(v_ni, v_nd));
+                IF v_ni > 0 THEN
+                    v_p := v_p || jsonb_build_object('inserted', (SELECT json_agg(%3$s) FROM fanout_new n)::jsonb);
+                END IF;
+                IF v_nd > 0 THEN
+                    v_p := v_p || jsonb_build_object('deleted', (SELECT json_agg(%3$s) FROM fanout_old n)::jsonb);
+                END IF;
+                v_cc := octet_length(v_p::text) + v_hlen + octet_length(v_table) > v_max;
+            ELSE
+                v_cc := true;
+            END IF;
+            IF v_cc THEN
+                v_p := jsonb_build_object('v', 1, 'op', lower(TG_OP), 'table', v_table, 'rows', greatest(v_ni, v_nd),
+                                          'claim_check', jsonb_build_object('inserted', v_ni, 'deleted', v_nd,
+                                                                            'chunk_rows', 500));
+            END IF;
+            IF v_other THEN
+                -- Dropped (PGQ01), created again under another id, or made
+                -- sequence-ordered: fanout.publish raises what publish
+                -- raises, or publishes (the chunks then go under the topic
+                -- it published to).
+                v_msg := fanout.publish(%1$L, v_p, v_h, v_table);
+                SELECT t.topic_id INTO v_id FROM fanout.topic t WHERE t.topic = %1$L;
+            ELSE
+                %2$s RETURNING id INTO v_msg;
+            END IF;
+            IF v_cc AND v_ni > 0 THEN
+                INSERT INTO fanout.capture_chunk (topic_id, message_id, side, first_row, n_rows, rows)
+                SELECT v_id, v_msg, 'inserted', min(s.o), count(*), json_agg(s.img ORDER BY s.o)
+                FROM (SELECT %3$s AS img, row_number() OVER () AS o FROM fanout_new n) s
+                GROUP BY (s.o - 1) / 500;
+            END IF;
+            IF v_cc AND v_nd > 0 THEN
+                INSERT INTO fanout.capture_chunk (topic_id, message_id, side, first_row, n_rows, rows)
+                SELECT v_id, v_msg, 'deleted', min(s.o), count(*), json_agg(s.img ORDER BY s.o)
+                FROM (SELECT %3$s AS img, row_number() OVER () AS o FROM fanout_old n) s
+                GROUP BY (s.o - 1) / 500;
+            END IF;
+            RETURN NULL;$q$,
+            v_t.topic,
+            v_write || 'SELECT v_p AS p, v_h AS h, v_table AS g, false AS nokey, false AS num' || v_tail,
+            v_simg, v_c.claim_check_rows);
+    END IF;
     -- The body's dollar quote: a random tag that occurs nowhere else in the
     -- function (a topic or a column may be named with any characters).
     LOOP
@@ -205,6 +287,11 @@ BEGIN
             v_groups   text[];
             v_headers  jsonb[];
             v_nokey    boolean;
+            v_ni       bigint := 0;
+            v_nd       bigint := 0;
+            v_p        jsonb;
+            v_msg      bigint;
+            v_cc       boolean := false;
         BEGIN
             -- 1. The writer's publish grant, by fanout._may's rule for this
             --    topic (superuser or pgq's owner; else fanout_producer and a
@@ -268,6 +355,7 @@ BEGIN
             -- 'update' and 'delete' (six letters each).
             v_h := jsonb_build_object('pgq_capture', v_table, 'op', lower(TG_OP));
             v_hlen := octet_length(v_h::text);
+            %15$s
             IF v_other THEN
                 -- Dropped (PGQ01), created again under another id, or made
                 -- sequence-ordered: fanout.publish_batch raises what
@@ -315,7 +403,7 @@ BEGIN
         %11$s$ddl$,
         v_fn, v_t.topic, format('fanout_data.%I', v_t.data_table), v_ins, v_del, v_upd, v_trunc, v_t.topic_id,
         v_write || v_ins || v_tail, array_to_string(v_c.key_columns, ', '), v_tag,
-        v_write || v_del || v_tail, v_write || v_upd || v_tail, v_write || v_trunc || v_tail);
+        v_write || v_del || v_tail, v_write || v_upd || v_tail, v_write || v_trunc || v_tail, v_stmt);
         EXIT WHEN length(v_sql) - length(replace(v_sql, v_tag, '')) = 2 * length(v_tag);
     END LOOP;
     EXECUTE v_sql;
