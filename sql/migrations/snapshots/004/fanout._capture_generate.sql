@@ -279,7 +279,6 @@ BEGIN
             v_h        jsonb;
             v_hlen     int;
             v_caller   oid;
-            v_set      text;
             v_ok       boolean;
             v_blocked  boolean;
             v_other    boolean := false;
@@ -304,8 +303,9 @@ BEGIN
             --    the caller has the privileges of), the topic's bytes quota
             --    (fanout.quota_block), the topic's row and, for a pubsub
             --    topic that blocks writes without subscriptions, whether it
-            --    has none: one static query on every statement, so a grant
-            --    revoked meanwhile refuses the next one.
+            --    has none (for such a topic only: a second query): one
+            --    static query on every statement, so a grant revoked
+            --    meanwhile refuses the next one.
             SELECT c.r,
                    pg_has_role(c.r, n.nspowner, 'USAGE')
                    OR (pg_has_role(c.r, 'fanout_producer', 'USAGE')
@@ -317,8 +317,6 @@ BEGIN
                    EXISTS (SELECT 1 FROM fanout.quota_block q WHERE q.topic_id = %8$s),
                    t.topic_id, t.sequence_ordering, t.max_payload_bytes, t.partitions,
                    t.semantics = 'pubsub' AND t.block_writes_without_subscriptions
-                   AND NOT EXISTS (SELECT 1 FROM fanout.consumer_group cg
-                                   WHERE cg.topic_id = t.topic_id AND cg.status = 'active')
             INTO v_caller, v_ok, v_blocked, v_id, v_seqord, v_max, v_parts, v_block
             FROM (SELECT to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
                                                      ELSE current_setting('role') END))::oid AS r) c
@@ -326,11 +324,16 @@ BEGIN
             LEFT JOIN fanout.topic t ON t.topic = %2$L
             WHERE c.r IS NOT NULL;
             IF v_ok AND NOT v_blocked THEN
-                -- As fanout._may notes the caller allowed in the transaction.
-                IF current_setting('fanout.xact_caller', true) IS DISTINCT FROM v_caller::text THEN
-                    v_set := set_config('fanout.xact_caller',
-                                        CASE WHEN coalesce(current_setting('fanout.xact_caller', true), '') = ''
-                                             THEN v_caller::text ELSE '0' END, true);
+                -- A pubsub topic that blocks writes without subscriptions:
+                -- whether it has an active one (a query of its own, so that
+                -- other topics' statements do not start its plan). The
+                -- caller is not noted in fanout.xact_caller as fanout._may
+                -- notes it: the note only lets fanout._lock_lease skip its
+                -- check of a lease this transaction's caller read, and a
+                -- publisher reads none (without it the check runs).
+                IF v_block THEN
+                    v_block := NOT EXISTS (SELECT 1 FROM fanout.consumer_group cg
+                                           WHERE cg.topic_id = v_id AND cg.status = 'active');
                 END IF;
             ELSE
                 -- Refused or blocked: fanout._enter raises what every
