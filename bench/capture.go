@@ -17,7 +17,10 @@ func init() { register(66, captureScenario{}) }
 // connection (autocommit):
 //
 //   - bare: no trigger;
-//   - pgq: captured into a queue topic (statement-level triggers);
+//   - pgq: captured into a queue topic, one message per row (statement-level
+//     triggers);
+//   - pgq statement: captured into a queue topic with shape => 'statement'
+//     (one message per statement; 1,000 rows are a claim-check);
 //   - PgQ jsontriga / logutriga: Skytools PgQ's row triggers into a PgQ
 //     queue (when the extension is on the server).
 //
@@ -26,7 +29,8 @@ func init() { register(66, captureScenario{}) }
 // Targets: single rows at least as fast as PgQ's jsontriga (ratio ≥ 1.0),
 // and their overhead over the bare table at most jsontriga's;
 // 1,000-row statements within 1.3 × the bare table (bare/pgq ≥ 0.77) and
-// no slower than PgQ's jsontriga (ratio ≥ 1.0).
+// no slower than PgQ's jsontriga (ratio ≥ 1.0); the same 1,000-row rows for
+// the statement shape.
 type captureScenario struct{}
 
 func (captureScenario) Name() string { return "capture" }
@@ -42,11 +46,13 @@ func (captureScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 		return nil, err
 	}
 	defer db.Close()
-	tables := []string{"cap_bare", "cap_pgq"}
+	tables := []string{"cap_bare", "cap_pgq", "cap_stmt"}
 	for _, sql := range []string{
-		fmt.Sprintf(captureDDL, "cap_bare"), fmt.Sprintf(captureDDL, "cap_pgq"),
+		fmt.Sprintf(captureDDL, "cap_bare"), fmt.Sprintf(captureDDL, "cap_pgq"), fmt.Sprintf(captureDDL, "cap_stmt"),
 		`SELECT fanout.create_topic('capture.bench', notify => false)`,
 		`SELECT fanout.capture_table('cap_pgq', 'capture.bench')`,
+		`SELECT fanout.create_topic('capture.bench.stmt', notify => false)`,
+		`SELECT fanout.capture_table('cap_stmt', 'capture.bench.stmt', shape => 'statement')`,
 	} {
 		if _, err := db.Pool.Exec(ctx, sql); err != nil {
 			return nil, fmt.Errorf("%s: %w", sql, err)
@@ -142,8 +148,9 @@ func (captureScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 	var out []Result
 	for _, op := range []string{"insert", "update", "delete"} {
 		ours := median(single["cap_pgq"][op])
-		env.Logf("capture single-row %s: bare %.0f/s, pgq %.0f/s, jsontriga %.0f/s, logutriga %.0f/s", op,
-			median(single["cap_bare"][op]), ours, median(single["cap_jsontriga"][op]), median(single["cap_logutriga"][op]))
+		env.Logf("capture single-row %s: bare %.0f/s, pgq %.0f/s, pgq statement %.0f/s, jsontriga %.0f/s, logutriga %.0f/s", op,
+			median(single["cap_bare"][op]), ours, median(single["cap_stmt"][op]), median(single["cap_jsontriga"][op]),
+			median(single["cap_logutriga"][op]))
 		if havePgQ {
 			r := throughputRow("capture", "single-row "+op+", captured vs PgQ jsontriga", "stmt/s",
 				ours, median(single["cap_jsontriga"][op]), "PgQ jsontriga", 1.0)
@@ -189,6 +196,24 @@ func (captureScenario) Run(ctx context.Context, env *Env) ([]Result, error) {
 				1000/ours, 1000/pgq, "PgQ jsontriga", 1.0)
 			r.Note = fmt.Sprintf("%.2f ms vs %.2f ms PgQ jsontriga; PgQ logutriga %.2f ms", ours, pgq,
 				median(bulk["cap_logutriga"][op]))
+			out = append(out, r)
+		}
+	}
+	// The statement shape: one message per statement, the 1,000 rows a
+	// claim-check (two chunk rows per side).
+	for _, op := range []string{"insert", "update", "delete"} {
+		ours, bare := median(bulk["cap_stmt"][op]), median(bulk["cap_bare"][op])
+		env.Logf("capture 1,000-row %s, shape statement: bare %.2f ms, pgq statement %.2f ms, jsontriga %.2f ms", op, bare, ours,
+			median(bulk["cap_jsontriga"][op]))
+		r := throughputRow("capture", "1,000-row "+op+" statement, captured shape statement vs bare (time⁻¹)", "stmt/s",
+			1000/ours, 1000/bare, "bare table", 1/1.3)
+		r.Note = fmt.Sprintf("%.2f ms vs %.2f ms bare", ours, bare)
+		out = append(out, r)
+		if havePgQ {
+			pgq := median(bulk["cap_jsontriga"][op])
+			r := throughputRow("capture", "1,000-row "+op+" statement, captured shape statement vs PgQ jsontriga (time⁻¹)", "stmt/s",
+				1000/ours, 1000/pgq, "PgQ jsontriga", 1.0)
+			r.Note = fmt.Sprintf("%.2f ms vs %.2f ms PgQ jsontriga", ours, pgq)
 			out = append(out, r)
 		}
 	}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -142,6 +143,39 @@ func PartitionOf(ctx context.Context, db DB, topic, messageGroup string) (int, e
 		return 0, fmt.Errorf("pgq client: partition_of %q: %w", topic, err)
 	}
 	return p, nil
+}
+
+const sqlCaptureRows = `SELECT row_no, image FROM fanout.capture_rows(topic => $1::text, message_id => $2::bigint,
+	side => $3::text, after => $4::bigint, max_rows => $5::int)`
+
+// CapturedRow is one row image of a statement capture's claim-check.
+type CapturedRow struct {
+	RowNo int64           // position in its side, from 1
+	Image json.RawMessage // the row as a JSON object
+}
+
+// CaptureRows returns one page of a statement-shaped capture message's
+// claim-check (fanout.capture_rows): the rows of side ("inserted" or
+// "deleted") numbered after after, at most maxRows (1..10000). Page on
+// with after = the last RowNo until the message's claim_check count.
+func CaptureRows(ctx context.Context, db DB, topic string, messageID int64, side string, after int64, maxRows int) ([]CapturedRow, error) {
+	rows, err := db.Query(ctx, sqlCaptureRows, topic, messageID, side, after, maxRows)
+	if err != nil {
+		return nil, fmt.Errorf("pgq client: capture_rows %q %d: %w", topic, messageID, err)
+	}
+	defer rows.Close()
+	var out []CapturedRow
+	for rows.Next() {
+		var r CapturedRow
+		if err := rows.Scan(&r.RowNo, &r.Image); err != nil {
+			return nil, fmt.Errorf("pgq client: capture_rows %q %d: %w", topic, messageID, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgq client: capture_rows %q %d: %w", topic, messageID, err)
+	}
+	return out, nil
 }
 
 func interval(d time.Duration) pgtype.Interval {

@@ -98,3 +98,36 @@ func TestPublishOptionsAndOneCallAPI(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, v)
 }
+
+// CaptureRows pages through a statement capture's claim-check.
+func TestCaptureRowsPages(t *testing.T) {
+	t.Parallel()
+	b, ctx := setup(t)
+	createTopic(t, ctx, b.Pool, "cap.stmts")
+	_, err := b.Pool.Exec(ctx, `CREATE TABLE cap_rows (id int PRIMARY KEY);
+	    SELECT fanout.capture_table('cap_rows', 'cap.stmts', shape => 'statement', claim_check_rows => 0);
+	    INSERT INTO cap_rows SELECT g FROM generate_series(1, 1200) g`)
+	require.NoError(t, err)
+	ds, err := client.Read(ctx, b.Pool, "cap.stmts", client.ReadOptions{Consumer: "me", MaxMessages: 10, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	var ids []int
+	after := int64(0)
+	for {
+		page, err := client.CaptureRows(ctx, b.Pool, "cap.stmts", ds[0].ID, "inserted", after, 500)
+		require.NoError(t, err)
+		for _, r := range page {
+			var row struct{ ID int }
+			require.NoError(t, json.Unmarshal(r.Image, &row))
+			ids = append(ids, row.ID)
+			after = r.RowNo
+		}
+		if len(page) < 500 {
+			break
+		}
+	}
+	require.Len(t, ids, 1200)
+	require.Equal(t, 1200, ids[1199])
+	_, err = client.CaptureRows(ctx, b.Pool, "cap.stmts", ds[0].ID, "both", 0, 10)
+	require.ErrorContains(t, err, "PGQ03")
+}

@@ -1,7 +1,10 @@
--- fanout.capture_table(table_name, topic, columns, exclude_columns): publishes
--- every change of a table to a topic, in the writing transaction: INSERT,
--- UPDATE, DELETE and TRUNCATE, one message per row (shape:
--- docs/capture.md), through four statement-level AFTER triggers
+-- fanout.capture_table(table_name, topic, columns, exclude_columns, shape,
+-- claim_check_rows): publishes every change of a table to a topic, in the
+-- writing transaction: INSERT, UPDATE, DELETE and TRUNCATE, one message per
+-- row (shape 'row', the default) or one per statement (shape 'statement':
+-- the rows inline up to claim_check_rows per side, default 100, 0..10000,
+-- else a claim-check read with fanout.capture_rows; docs/capture.md),
+-- through four statement-level AFTER triggers
 -- (fanout_capture_ins/_upd/_del/_trunc) running the capture's generated
 -- function fanout_data.capture_<id>() (fanout._capture_install). columns (NULL: all) and
 -- exclude_columns limit the row images; the table needs a primary key (the
@@ -9,13 +12,14 @@
 -- its role) may capture it, and only into a topic it may publish to; every
 -- role that writes the table must be allowed to publish to the topic too
 -- (fanout_producer and a grant), or its writes fail with PGQ21. Calling it
--- again for the same topic updates columns, exclude_columns and the key
+-- again for the same topic updates columns, exclude_columns, the shape and the key
 -- (after an ALTER TABLE of the primary key); columns added to the table
 -- later are captured when columns is NULL, dropped ones no longer appear.
 -- Returns the capture's id.
 -- Raises: PGQ01 (no such topic), PGQ03 (NULL arguments, a table that is not
 -- an ordinary or partitioned table, has no primary key, or is captured into
--- another topic; an unknown column; a sequence-ordered topic), PGQ21 (not the table's owner, or no
+-- another topic; an unknown column; a sequence-ordered topic; a shape
+-- other than 'row' and 'statement'; claim_check_rows out of 0..10000), PGQ21 (not the table's owner, or no
 -- publish grant on the topic). The triggers are created by pgq's owner (the
 -- role that installed it): it needs the TRIGGER privilege on the table
 -- unless it is a superuser.
@@ -25,7 +29,9 @@ CREATE OR REPLACE FUNCTION fanout.capture_table(
     table_name      regclass,
     topic           text,
     columns         text[] DEFAULT NULL,
-    exclude_columns text[] DEFAULT NULL)
+    exclude_columns text[] DEFAULT NULL,
+    shape           text DEFAULT 'row',
+    claim_check_rows int DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, fanout, pg_temp
@@ -39,6 +45,7 @@ DECLARE
     v_id      bigint;
     v_topic   text;
     v_exclude text[] := coalesce($4, '{}');
+    v_cc      int;
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'table_name must not be NULL' USING ERRCODE = 'PGQ03';
@@ -64,6 +71,17 @@ BEGIN
         RAISE EXCEPTION 'table % has no primary key', $1
             USING ERRCODE = 'PGQ03', HINT = 'captured changes are keyed by the primary key: add one';
     END IF;
+    IF $5 IS NULL OR $5 NOT IN ('row', 'statement') THEN
+        RAISE EXCEPTION 'shape must be ''row'' or ''statement'', not %', coalesce(quote_literal($5), 'NULL')
+            USING ERRCODE = 'PGQ03';
+    END IF;
+    IF $6 IS NOT NULL AND $5 = 'row' THEN
+        RAISE EXCEPTION 'claim_check_rows applies to shape ''statement'' only' USING ERRCODE = 'PGQ03';
+    END IF;
+    IF $6 NOT BETWEEN 0 AND 10000 THEN
+        RAISE EXCEPTION 'claim_check_rows must be in 0..10000, not %', $6 USING ERRCODE = 'PGQ03';
+    END IF;
+    v_cc := CASE WHEN $5 = 'statement' THEN coalesce($6, 100) END;
     IF array_position($3, NULL) IS NOT NULL OR array_position(v_exclude, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'columns and exclude_columns must not contain NULL' USING ERRCODE = 'PGQ03';
     END IF;
@@ -84,13 +102,14 @@ BEGIN
             USING ERRCODE = 'PGQ03', HINT = 'fanout.uncapture_table() first';
     END IF;
     IF v_id IS NOT NULL THEN
-        UPDATE fanout.capture c SET key_columns = v_keys, columns = $3, exclude_columns = v_exclude
+        UPDATE fanout.capture c SET key_columns = v_keys, columns = $3, exclude_columns = v_exclude,
+                                    shape = $5, claim_check_rows = v_cc
         WHERE c.capture_id = v_id;
         PERFORM fanout._capture_install(v_id, $1);
         RETURN v_id;
     END IF;
-    INSERT INTO fanout.capture (topic, key_columns, columns, exclude_columns, created_by)
-    VALUES (v_t.topic, v_keys, $3, v_exclude, coalesce((SELECT r.rolname::text FROM pg_roles r WHERE r.oid = fanout._caller()), ''))
+    INSERT INTO fanout.capture (topic, key_columns, columns, exclude_columns, shape, claim_check_rows, created_by)
+    VALUES (v_t.topic, v_keys, $3, v_exclude, $5, v_cc, coalesce((SELECT r.rolname::text FROM pg_roles r WHERE r.oid = fanout._caller()), ''))
     RETURNING capture_id INTO v_id;
     PERFORM fanout._capture_install(v_id, $1);
     INSERT INTO fanout.event_log (topic, kind, detail)

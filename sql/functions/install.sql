@@ -12,6 +12,7 @@
 {{ template "fanout._capture_generate.sql" . }}
 {{ template "fanout._capture_install.sql" . }}
 {{ template "fanout._capture_refuse.sql" . }}
+{{ template "fanout._capture_release_chunks.sql" . }}
 {{ template "fanout._check_filter.sql" . }}
 {{ template "fanout._check_grant_args.sql" . }}
 {{ template "fanout._check_message.sql" . }}
@@ -168,6 +169,7 @@
 {{ template "fanout.unsubscribe.sql" . }}
 -- API: publish, subscribe, read, ack (fanout_producer, fanout_consumer).
 {{ template "fanout.ack.sql" . }}
+{{ template "fanout.capture_rows.sql" . }}
 {{ template "fanout.capture_table.sql" . }}
 {{ template "fanout.captures.sql" . }}
 {{ template "fanout.channel_name.sql" . }}

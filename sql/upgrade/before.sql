@@ -214,3 +214,29 @@ ALTER TABLE fanout.topic ADD COLUMN IF NOT EXISTS completion_switch_id bigint;
 ALTER TABLE fanout.topic ADD COLUMN IF NOT EXISTS completion_switched_at timestamptz;
 ALTER TABLE fanout.topic ADD COLUMN IF NOT EXISTS completion_switch_vxids text[];
 ALTER TABLE fanout.topic ADD COLUMN IF NOT EXISTS completion_switch_done_at timestamptz;
+
+-- Change capture in one message per statement (fanout.capture_table(...,
+-- shape => 'statement'); docs/capture.md): shape is 'row' (one message per
+-- changed row, as before) or 'statement'; claim_check_rows: a statement of
+-- more rows than this (per side) publishes its rows as a claim-check in
+-- fanout.capture_chunk instead of inline (NULL for 'row').
+ALTER TABLE fanout.capture ADD COLUMN IF NOT EXISTS shape text NOT NULL DEFAULT 'row';
+ALTER TABLE fanout.capture ADD COLUMN IF NOT EXISTS claim_check_rows int;
+-- A statement message's claim-check: its rows in chunks of up to 500, one
+-- json array per chunk (json, not jsonb: built as text, a third of jsonb's
+-- cost for the writer; fanout.capture_rows hands them out as jsonb). side:
+-- 'inserted' (new images) or 'deleted' (old images); first_row: the
+-- 1-based position of the chunk's first row in its side. Released
+-- (fanout._capture_release_chunks, run by fanout._cleanup_bookkeeping) once
+-- the storage partition of its message is gone, or its topic is; never
+-- truncated. No foreign key: its check would lock the topic row.
+CREATE TABLE IF NOT EXISTS fanout.capture_chunk (
+    topic_id    bigint NOT NULL,
+    message_id  bigint NOT NULL,
+    side        text NOT NULL,
+    first_row   bigint NOT NULL,
+    n_rows      int NOT NULL,
+    rows        json NOT NULL,
+    PRIMARY KEY (topic_id, message_id, side, first_row)
+);
+REVOKE ALL ON fanout.capture_chunk FROM PUBLIC;

@@ -14,12 +14,13 @@ GRANT EXECUTE ON FUNCTION
     fanout.publish_batch(text, jsonb[], jsonb[], text[], boolean, text[], timestamptz, interval, int, bigint[]),
     fanout.channel_name(bigint),
     fanout.partition_of(text, text),
-    fanout.capture_table(regclass, text, text[], text[]),
+    fanout.capture_table(regclass, text, text[], text[], text, int),
     fanout.uncapture_table(regclass)
 TO fanout_producer;
 
 GRANT EXECUTE ON FUNCTION
     fanout.read(text, text, text, int, interval, bigint, int, bigint),
+    fanout.capture_rows(text, bigint, text, bigint, int),
     fanout.partition_of(text, text),
     fanout.ack(bigint, bigint[]),
     fanout.nack(bigint, bigint[], interval, text),

@@ -41,6 +41,16 @@
 -- without regenerating; a statement on a row whose image lacks a captured
 -- key column (renamed or dropped) fails with PGQ03 until the owner calls
 -- fanout.capture_table again, rather than publish a message without a key.
+-- Shape 'statement' (fanout.capture_table(..., shape => 'statement')): steps
+-- 1 and 2 as above, then ONE message per statement: the transition rows'
+-- images as json arrays ('inserted': new rows, 'deleted': old rows; an
+-- UPDATE has both, in step), inline up to the capture's claim_check_rows
+-- per side and within max_payload_bytes, else a claim-check: the message
+-- carries the counts and the rows go to fanout.capture_chunk in chunks of
+-- 500 (one INSERT per side, json_agg over the rows grouped by position;
+-- json, not jsonb: the writer builds text). message_group: the table's
+-- name. Its general path (topic dropped, re-created, sequence-ordered) is
+-- fanout.publish and the chunks under the topic it published to.
 -- The body's dollar quote is a random tag found nowhere else in it, so no
 -- topic or column name can end it early. Nobody but the owner may call it.
 -- Tables: fanout.capture, fanout.topic; creates a function in fanout_data.
@@ -68,6 +78,8 @@ DECLARE
     v_tail  text := ') r) x';
     v_tag   text;
     v_sql   text;
+    v_simg  text;
+    v_stmt  text := '';
 BEGIN
     SELECT * INTO STRICT v_c FROM fanout.capture c WHERE c.capture_id = p_capture_id;
     v_t := fanout._topic(v_c.topic);
@@ -114,9 +126,12 @@ BEGIN
                        v_h AS h, %3$s AS g, %4$s AS nokey, %5$s AS num
                 FROM (SELECT to_jsonb(o) AS j FROM fanout_old o OFFSET 0) s$q$, v_key, v_img, v_grp, v_nokey, v_num);
     -- The transition tables hold an UPDATE's old and new rows in step (row
-    -- i of each is one updated row); zipped by position (row_number over
-    -- each scan; a join on the position costs a fifth of unnesting two
-    -- arrays of the images), not by key. A pair with the
+    -- i of each is one updated row); zipped by position, not by key: the
+    -- old images as one jsonb array (an uncorrelated subquery: computed
+    -- once per statement), element i - 1 beside new row i. No join: a
+    -- join on the position planned for the one row of a single-row UPDATE
+    -- (a nested loop) and reused by the session's cached plan for a bulk
+    -- one rescanned the old side once per new row (2.7 s for 1,000 rows). A pair with the
     -- same key is an update (published when a captured column changed),
     -- one whose key changed a delete of the old key and an insert of the
     -- new one; deletes first, then the rows in the order the statement
@@ -143,12 +158,14 @@ BEGIN
                                         FROM jsonb_object_keys(nn.img) AS c
                                         WHERE nn.img -> c IS DISTINCT FROM oo.img -> c
                                         HAVING count(*) > 0) END AS d
-                            FROM (SELECT %1$s AS k, %2$s AS g, %3$s AS img, (%4$s) AS nokey, %5$s AS num, s.ord
-                                  FROM (SELECT to_jsonb(x) AS j, row_number() OVER () AS ord FROM fanout_new x) s
+                            FROM (SELECT %1$s AS k, %2$s AS g, %3$s AS img, (%4$s) AS nokey, %5$s AS num, s.ord, s.oj
+                                  FROM (SELECT to_jsonb(x) AS j, row_number() OVER () AS ord,
+                                               (SELECT jsonb_agg(to_jsonb(y)) FROM fanout_old y)
+                                                   -> (row_number() OVER () - 1)::int AS oj
+                                        FROM fanout_new x) s
                                   OFFSET 0) nn
-                            JOIN (SELECT %1$s AS k, %2$s AS g, %3$s AS img, (%4$s) AS nokey, %5$s AS num, s.ord
-                                  FROM (SELECT to_jsonb(x) AS j, row_number() OVER () AS ord FROM fanout_old x) s
-                                  OFFSET 0) oo ON oo.ord = nn.ord
+                            CROSS JOIN LATERAL (SELECT %1$s AS k, %2$s AS g, %3$s AS img, (%4$s) AS nokey, %5$s AS num
+                                                FROM (SELECT nn.oj AS j) s OFFSET 0) oo
                             OFFSET 0) w
                       CROSS JOIN LATERAL unnest(CASE WHEN w.nk IS DISTINCT FROM w.ok THEN '{delete,insert}'::text[]
                                                      WHEN w.d IS NOT NULL THEN '{update}'::text[]
@@ -177,6 +194,76 @@ BEGIN
                 FROM (SELECT r.p, r.h, r.g, r.nokey, r.num, row_number() OVER () AS i FROM ($q$,
                       format('fanout_data.%I', v_t.data_table), v_kcol, v_t.topic,
                       array_to_string(v_c.key_columns, ', '), v_kpart);
+    IF v_c.shape = 'statement' THEN
+        -- A transition row's image (alias n): the row itself (json_agg
+        -- prints it), else its jsonb limited to the capture's columns.
+        v_simg := CASE
+            WHEN v_c.columns IS NOT NULL THEN
+                format('(SELECT coalesce(jsonb_object_agg(e.key, e.value), ''{}'') FROM jsonb_each(to_jsonb(n)) e
+                         WHERE e.key = ANY (%L::text[]) AND e.key <> ALL (%L::text[]))', v_c.columns, v_c.exclude_columns)
+            WHEN cardinality(v_c.exclude_columns) > 0 THEN format('(to_jsonb(n) - %L::text[])', v_c.exclude_columns)
+            ELSE 'n' END;
+        v_stmt := format($q$
+            -- 3. Shape 'statement': one message for the statement (its rows
+            --    per side counted first: inline up to %4$s per side and
+            --    within max_payload_bytes, else a claim-check whose rows go
+            --    to fanout.capture_chunk in chunks of 500).
+            IF TG_OP = 'INSERT' THEN
+                SELECT count(*) INTO v_ni FROM fanout_new;
+            ELSIF TG_OP = 'DELETE' THEN
+                SELECT count(*) INTO v_nd FROM fanout_old;
+            ELSIF TG_OP = 'UPDATE' THEN
+                SELECT count(*) INTO v_ni FROM fanout_new;
+                v_nd := v_ni;
+            END IF;
+            IF TG_OP = 'TRUNCATE' THEN
+                v_p := jsonb_build_object('v', 1, 'op', 'truncate', 'table', v_table);
+            ELSIF v_ni + v_nd = 0 THEN
+                RETURN NULL;
+            ELSIF greatest(v_ni, v_nd) <= %4$s THEN
+                v_p := jsonb_build_object('v', 1, 'op', lower(TG_OP), 'table', v_table, 'rows', greatest(v_ni, v_nd));
+                IF v_ni > 0 THEN
+                    v_p := v_p || jsonb_build_object('inserted', (SELECT json_agg(%3$s) FROM fanout_new n)::jsonb);
+                END IF;
+                IF v_nd > 0 THEN
+                    v_p := v_p || jsonb_build_object('deleted', (SELECT json_agg(%3$s) FROM fanout_old n)::jsonb);
+                END IF;
+                v_cc := octet_length(v_p::text) + v_hlen + octet_length(v_table) > v_max;
+            ELSE
+                v_cc := true;
+            END IF;
+            IF v_cc THEN
+                v_p := jsonb_build_object('v', 1, 'op', lower(TG_OP), 'table', v_table, 'rows', greatest(v_ni, v_nd),
+                                          'claim_check', jsonb_build_object('inserted', v_ni, 'deleted', v_nd,
+                                                                            'chunk_rows', 500));
+            END IF;
+            IF v_other THEN
+                -- Dropped (PGQ01), created again under another id, or made
+                -- sequence-ordered: fanout.publish raises what publish
+                -- raises, or publishes (the chunks then go under the topic
+                -- it published to).
+                v_msg := fanout.publish(%1$L, v_p, v_h, v_table);
+                SELECT t.topic_id INTO v_id FROM fanout.topic t WHERE t.topic = %1$L;
+            ELSE
+                %2$s RETURNING id INTO v_msg;
+            END IF;
+            IF v_cc AND v_ni > 0 THEN
+                INSERT INTO fanout.capture_chunk (topic_id, message_id, side, first_row, n_rows, rows)
+                SELECT v_id, v_msg, 'inserted', min(s.o), count(*), json_agg(s.img ORDER BY s.o)
+                FROM (SELECT %3$s AS img, row_number() OVER () AS o FROM fanout_new n) s
+                GROUP BY (s.o - 1) / 500;
+            END IF;
+            IF v_cc AND v_nd > 0 THEN
+                INSERT INTO fanout.capture_chunk (topic_id, message_id, side, first_row, n_rows, rows)
+                SELECT v_id, v_msg, 'deleted', min(s.o), count(*), json_agg(s.img ORDER BY s.o)
+                FROM (SELECT %3$s AS img, row_number() OVER () AS o FROM fanout_old n) s
+                GROUP BY (s.o - 1) / 500;
+            END IF;
+            RETURN NULL;$q$,
+            v_t.topic,
+            v_write || 'SELECT v_p AS p, v_h AS h, v_table AS g, false AS nokey, false AS num' || v_tail,
+            v_simg, v_c.claim_check_rows);
+    END IF;
     -- The body's dollar quote: a random tag that occurs nowhere else in the
     -- function (a topic or a column may be named with any characters).
     LOOP
@@ -192,7 +279,6 @@ BEGIN
             v_h        jsonb;
             v_hlen     int;
             v_caller   oid;
-            v_set      text;
             v_ok       boolean;
             v_blocked  boolean;
             v_other    boolean := false;
@@ -205,6 +291,11 @@ BEGIN
             v_groups   text[];
             v_headers  jsonb[];
             v_nokey    boolean;
+            v_ni       bigint := 0;
+            v_nd       bigint := 0;
+            v_p        jsonb;
+            v_msg      bigint;
+            v_cc       boolean := false;
         BEGIN
             -- 1. The writer's publish grant, by fanout._may's rule for this
             --    topic (superuser or pgq's owner; else fanout_producer and a
@@ -212,8 +303,9 @@ BEGIN
             --    the caller has the privileges of), the topic's bytes quota
             --    (fanout.quota_block), the topic's row and, for a pubsub
             --    topic that blocks writes without subscriptions, whether it
-            --    has none: one static query on every statement, so a grant
-            --    revoked meanwhile refuses the next one.
+            --    has none (for such a topic only: a second query): one
+            --    static query on every statement, so a grant revoked
+            --    meanwhile refuses the next one.
             SELECT c.r,
                    pg_has_role(c.r, n.nspowner, 'USAGE')
                    OR (pg_has_role(c.r, 'fanout_producer', 'USAGE')
@@ -225,8 +317,6 @@ BEGIN
                    EXISTS (SELECT 1 FROM fanout.quota_block q WHERE q.topic_id = %8$s),
                    t.topic_id, t.sequence_ordering, t.max_payload_bytes, t.partitions,
                    t.semantics = 'pubsub' AND t.block_writes_without_subscriptions
-                   AND NOT EXISTS (SELECT 1 FROM fanout.consumer_group cg
-                                   WHERE cg.topic_id = t.topic_id AND cg.status = 'active')
             INTO v_caller, v_ok, v_blocked, v_id, v_seqord, v_max, v_parts, v_block
             FROM (SELECT to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
                                                      ELSE current_setting('role') END))::oid AS r) c
@@ -234,11 +324,16 @@ BEGIN
             LEFT JOIN fanout.topic t ON t.topic = %2$L
             WHERE c.r IS NOT NULL;
             IF v_ok AND NOT v_blocked THEN
-                -- As fanout._may notes the caller allowed in the transaction.
-                IF current_setting('fanout.xact_caller', true) IS DISTINCT FROM v_caller::text THEN
-                    v_set := set_config('fanout.xact_caller',
-                                        CASE WHEN coalesce(current_setting('fanout.xact_caller', true), '') = ''
-                                             THEN v_caller::text ELSE '0' END, true);
+                -- A pubsub topic that blocks writes without subscriptions:
+                -- whether it has an active one (a query of its own, so that
+                -- other topics' statements do not start its plan). The
+                -- caller is not noted in fanout.xact_caller as fanout._may
+                -- notes it: the note only lets fanout._lock_lease skip its
+                -- check of a lease this transaction's caller read, and a
+                -- publisher reads none (without it the check runs).
+                IF v_block THEN
+                    v_block := NOT EXISTS (SELECT 1 FROM fanout.consumer_group cg
+                                           WHERE cg.topic_id = v_id AND cg.status = 'active');
                 END IF;
             ELSE
                 -- Refused or blocked: fanout._enter raises what every
@@ -268,6 +363,7 @@ BEGIN
             -- 'update' and 'delete' (six letters each).
             v_h := jsonb_build_object('pgq_capture', v_table, 'op', lower(TG_OP));
             v_hlen := octet_length(v_h::text);
+            %15$s
             IF v_other THEN
                 -- Dropped (PGQ01), created again under another id, or made
                 -- sequence-ordered: fanout.publish_batch raises what
@@ -315,7 +411,7 @@ BEGIN
         %11$s$ddl$,
         v_fn, v_t.topic, format('fanout_data.%I', v_t.data_table), v_ins, v_del, v_upd, v_trunc, v_t.topic_id,
         v_write || v_ins || v_tail, array_to_string(v_c.key_columns, ', '), v_tag,
-        v_write || v_del || v_tail, v_write || v_upd || v_tail, v_write || v_trunc || v_tail);
+        v_write || v_del || v_tail, v_write || v_upd || v_tail, v_write || v_trunc || v_tail, v_stmt);
         EXIT WHEN length(v_sql) - length(replace(v_sql, v_tag, '')) = 2 * length(v_tag);
     END LOOP;
     EXECUTE v_sql;

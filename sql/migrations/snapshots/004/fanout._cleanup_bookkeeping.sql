@@ -3,7 +3,9 @@
 -- pages then raises PGQ10; a page taken over by another member: 7 days and
 -- an hour, the longest its messages can be held), members not seen for
 -- 7 days, captures whose triggers are gone (a dropped table; after an
--- hour) with their generated trigger functions, event_log rows older than 30 days and dedupe keys older than
+-- hour) with their generated trigger functions, claim-check chunks of capture
+-- messages whose storage is gone (fanout._capture_release_chunks), event_log
+-- rows older than 30 days and dedupe keys older than
 -- their topic's dedupe_window: those are found by a sweep over each
 -- topic's fanout_data.m<id>_dedupe in block ranges (it has no index on
 -- created_at), 100 blocks per call, one pass over the topics at a time (see
@@ -18,7 +20,7 @@
 -- how many rows were deleted plus how many dedupe blocks were swept and
 -- topics passed; call again while it returns > 0. Takes its own lock
 -- row (fanout._try_lock).
--- Tables: fanout.lease, fanout.capture (captures whose triggers are gone), fanout.member, fanout.event_log,
+-- Tables: fanout.lease, fanout.capture (captures whose triggers are gone), fanout.capture_chunk, fanout.member, fanout.event_log,
 -- fanout_data.m<topic_id>_dedupe, fanout.dedupe_sweep, fanout.topic (key
 -- share lock on the swept topic's row), fanout.seq_published.
 CREATE OR REPLACE FUNCTION fanout._cleanup_bookkeeping(p_now timestamptz DEFAULT now())
@@ -87,6 +89,7 @@ BEGIN
     LOOP
         EXECUTE format('DROP FUNCTION %s', v_fn);
     END LOOP;
+    v_done := v_done + fanout._capture_release_chunks(10000);
     DELETE FROM fanout.member m
     WHERE (m.group_id, m.consumer) IN (SELECT o.group_id, o.consumer FROM fanout.member o
                                        WHERE o.last_seen < p_now - interval '7 days' LIMIT 10000

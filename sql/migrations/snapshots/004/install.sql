@@ -8,8 +8,10 @@ DROP ROUTINE IF EXISTS fanout._lease_open(bigint,text,timestamp with time zone,t
 DROP ROUTINE IF EXISTS fanout._lock_lease(bigint);
 DROP ROUTINE IF EXISTS fanout._topic_lock_key(text);
 DROP ROUTINE IF EXISTS fanout.alter_topic(text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,interval,integer,boolean);
+DROP ROUTINE IF EXISTS fanout.capture_table(regclass,text,text[],text[]);
 DROP ROUTINE IF EXISTS fanout.create_topic(text,text,text,interval,interval,boolean,interval,integer,integer,interval,boolean,interval,interval,boolean,interval,integer,boolean);
 DROP ROUTINE IF EXISTS fanout.subscribe(text,text,text,timestamp with time zone,bigint,bigint,interval,integer,integer,text);
+DROP VIEW IF EXISTS fanout.captures;
 DROP VIEW IF EXISTS fanout.groups;
 DROP VIEW IF EXISTS fanout.topic_grants;
 DROP VIEW IF EXISTS fanout.topics;
@@ -20,6 +22,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._capture_generate.sql" . }}
 {{ template "fanout._capture_install.sql" . }}
 {{ template "fanout._capture_refuse.sql" . }}
+{{ template "fanout._capture_release_chunks.sql" . }}
 {{ template "fanout._check_filter.sql" . }}
 {{ template "fanout._check_order_options.sql" . }}
 {{ template "fanout._check_subscribe_limits.sql" . }}
@@ -87,7 +90,9 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.seek.sql" . }}
 {{ template "fanout.set_quota.sql" . }}
 {{ template "fanout.ack.sql" . }}
+{{ template "fanout.capture_rows.sql" . }}
 {{ template "fanout.capture_table.sql" . }}
+{{ template "fanout.captures.sql" . }}
 {{ template "fanout.extend_lease.sql" . }}
 {{ template "fanout.groups.sql" . }}
 {{ template "fanout.heartbeat.sql" . }}
