@@ -17,6 +17,8 @@ PGBOUNCER_PORT ?= $(shell expr $(TEST_PORT) + 10)
 TWOPC_PORT     ?= $(shell expr $(TEST_PORT) + 7)
 CHAOS_PORT     ?= 25435
 CHAOS_FAILOVER_PORT ?= 25436
+# make chaos's move scenario: two shard clusters (this port and the next).
+CHAOS_MOVE_PORT ?= 25470
 # TestChaosShort's clusters (this port and the next).
 CHAOS_CI_PORT  ?= $(shell expr $(TEST_PORT) + 11)
 # TestStaleAckAfterAsyncFailover's primary and standby (this port and the next).
@@ -136,11 +138,13 @@ bench-lt: build ## the pre-GA LT matrix at the seed's rates (≈50 min): bench/r
 	$(GO) run ./bench -only lt -json bench/results-lt.json -svg bench/results-lt.svg $(BENCH_FLAGS)
 
 # Fault injection: soak (restarts, terminated backends, SIGKILLed consumers and
-# scheduler leader, late acks), long transaction, dead group, failover. Its own
-# clusters (chaos on CHAOS_PORT, chaos-fo-p/-s on CHAOS_FAILOVER_PORT and +1).
+# scheduler leader, late acks), long transaction, dead group, failover, and a
+# topic move between shards with the mover killed and the old shard crashed.
+# Its own clusters (chaos on CHAOS_PORT, chaos-fo-p/-s on CHAOS_FAILOVER_PORT
+# and +1, chaos-move-a/-b on CHAOS_MOVE_PORT and +1).
 chaos: build
 	$(GO) build -o bin/pgq-chaos ./cmd/pgq-chaos
-	bin/pgq-chaos -port $(CHAOS_PORT) -failover-port $(CHAOS_FAILOVER_PORT) $(CHAOS_FLAGS)
+	bin/pgq-chaos -port $(CHAOS_PORT) -failover-port $(CHAOS_FAILOVER_PORT) -move-port $(CHAOS_MOVE_PORT) $(CHAOS_FLAGS)
 
 # The migrations must freeze exactly what sql/functions and sql/triggers hold.
 # Then the catalog diff (scripts/pgqrelease check) on the test cluster
@@ -185,6 +189,8 @@ db-stop: ## stop the throwaway clusters (and the test PgBouncer)
 	-scripts/devdb.sh stop chaos-ci-side
 	-scripts/devdb.sh stop chaos-fo-p
 	-scripts/devdb.sh stop chaos-fo-s
+	-scripts/devdb.sh stop chaos-move-a
+	-scripts/devdb.sh stop chaos-move-b
 	-scripts/devdb.sh stop fence-p
 	-scripts/devdb.sh stop fence-s
 	-scripts/devdb.sh stop backup
