@@ -216,9 +216,11 @@ ha: build ## Patroni HA run: switchover, crash, rejoin, switch back; ends with t
 
 # pgq on 1, 2 and 4 shard clusters (docs/scaling-out.md): the directory on
 # SHARDS_PORT, shards on SHARDS_PORT+1..+4, each capped to SHARDS_CPU cores
-# (cgroup cpu.max or cpu.cfs_quota_us, as root) plus an uncapped control;
+# per SHARDS_PERIOD (cgroup cpu.max or cpu.cfs_quota_us, as root; the quota,
+# SHARDS_CPU x SHARDS_PERIOD, at least 1 ms) plus an uncapped control;
 # SHARDS_SECONDS per run. Ends with the "shards:" line.
 SHARDS_CPU     ?= 0.1
 SHARDS_SECONDS ?= 10
+SHARDS_PERIOD  ?= 10ms
 shards: ## scaling over shard clusters, capped and uncapped, and the PL/Proxy path; ends with the "shards:" line
-	SHARDS_CPU=$(SHARDS_CPU) SHARDS_SECONDS=$(SHARDS_SECONDS) scripts/shards.sh $(SHARDS_PORT)
+	SHARDS_CPU=$(SHARDS_CPU) SHARDS_SECONDS=$(SHARDS_SECONDS) SHARDS_PERIOD=$(SHARDS_PERIOD) scripts/shards.sh $(SHARDS_PORT)
