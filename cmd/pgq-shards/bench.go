@@ -27,10 +27,13 @@ import (
 
 // The measurement of `make shards` (scripts/shards.sh starts the clusters
 // and their cgroups): for N = 1, 2, 4 shards, each its own cluster capped
-// to the same CPU share, 8 producers (4 publishing batches of 100, 4 single
-// messages) over 4×N pubsub topics placed round-robin on the shards, 4
-// groups draining every topic (one consumer per group and shard), for
-// -seconds; the rate is published plus consumed messages per second. Then
+// to the same CPU share (-cpu per -period), 8 producers (4 publishing
+// batches of 100, 4 single messages; each with one call in flight per
+// shard) over 4×N pubsub topics placed round-robin on the shards, 4 groups
+// draining every topic (one consumer per group and shard), for -seconds;
+// the rate is published plus consumed messages per second, printed with
+// each shard's CPU. Capped, a saturation check: N = 1 with the N = 4 run's
+// 32 producer streams. Then
 // the caps are lifted until every group has every published message (lost
 // = published messages a group never got). The same again uncapped (the
 // control). Then the PL/Proxy path against the direct one: 8 producers
