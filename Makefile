@@ -17,6 +17,8 @@ PGBOUNCER_PORT ?= $(shell expr $(TEST_PORT) + 10)
 TWOPC_PORT     ?= $(shell expr $(TEST_PORT) + 7)
 CHAOS_PORT     ?= 25435
 CHAOS_FAILOVER_PORT ?= 25436
+# make chaos's move scenario: two shard clusters (this port and the next).
+CHAOS_MOVE_PORT ?= 25470
 # TestChaosShort's clusters (this port and the next).
 CHAOS_CI_PORT  ?= $(shell expr $(TEST_PORT) + 11)
 # TestStaleAckAfterAsyncFailover's primary and standby (this port and the next).
@@ -136,11 +138,13 @@ bench-lt: build ## the pre-GA LT matrix at the seed's rates (≈50 min): bench/r
 	$(GO) run ./bench -only lt -json bench/results-lt.json -svg bench/results-lt.svg $(BENCH_FLAGS)
 
 # Fault injection: soak (restarts, terminated backends, SIGKILLed consumers and
-# scheduler leader, late acks), long transaction, dead group, failover. Its own
-# clusters (chaos on CHAOS_PORT, chaos-fo-p/-s on CHAOS_FAILOVER_PORT and +1).
+# scheduler leader, late acks), long transaction, dead group, failover, and a
+# topic move between shards with the mover killed and the old shard crashed.
+# Its own clusters (chaos on CHAOS_PORT, chaos-fo-p/-s on CHAOS_FAILOVER_PORT
+# and +1, chaos-move-a/-b on CHAOS_MOVE_PORT and +1).
 chaos: build
 	$(GO) build -o bin/pgq-chaos ./cmd/pgq-chaos
-	bin/pgq-chaos -port $(CHAOS_PORT) -failover-port $(CHAOS_FAILOVER_PORT) $(CHAOS_FLAGS)
+	bin/pgq-chaos -port $(CHAOS_PORT) -failover-port $(CHAOS_FAILOVER_PORT) -move-port $(CHAOS_MOVE_PORT) $(CHAOS_FLAGS)
 
 # The migrations must freeze exactly what sql/functions and sql/triggers hold.
 # Then the catalog diff (scripts/pgqrelease check) on the test cluster
@@ -185,6 +189,8 @@ db-stop: ## stop the throwaway clusters (and the test PgBouncer)
 	-scripts/devdb.sh stop chaos-ci-side
 	-scripts/devdb.sh stop chaos-fo-p
 	-scripts/devdb.sh stop chaos-fo-s
+	-scripts/devdb.sh stop chaos-move-a
+	-scripts/devdb.sh stop chaos-move-b
 	-scripts/devdb.sh stop fence-p
 	-scripts/devdb.sh stop fence-s
 	-scripts/devdb.sh stop backup
@@ -210,9 +216,11 @@ ha: build ## Patroni HA run: switchover, crash, rejoin, switch back; ends with t
 
 # pgq on 1, 2 and 4 shard clusters (docs/scaling-out.md): the directory on
 # SHARDS_PORT, shards on SHARDS_PORT+1..+4, each capped to SHARDS_CPU cores
-# (cgroup cpu.max or cpu.cfs_quota_us, as root) plus an uncapped control;
+# per SHARDS_PERIOD (cgroup cpu.max or cpu.cfs_quota_us, as root; the quota,
+# SHARDS_CPU x SHARDS_PERIOD, at least 1 ms) plus an uncapped control;
 # SHARDS_SECONDS per run. Ends with the "shards:" line.
 SHARDS_CPU     ?= 0.1
 SHARDS_SECONDS ?= 10
+SHARDS_PERIOD  ?= 10ms
 shards: ## scaling over shard clusters, capped and uncapped, and the PL/Proxy path; ends with the "shards:" line
-	SHARDS_CPU=$(SHARDS_CPU) SHARDS_SECONDS=$(SHARDS_SECONDS) scripts/shards.sh $(SHARDS_PORT)
+	SHARDS_CPU=$(SHARDS_CPU) SHARDS_SECONDS=$(SHARDS_SECONDS) SHARDS_PERIOD=$(SHARDS_PERIOD) scripts/shards.sh $(SHARDS_PORT)

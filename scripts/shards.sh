@@ -6,7 +6,8 @@
 # Starts the directory cluster (shards-dir, BASE_PORT) and four shard clusters
 # (shards-0..3, BASE_PORT+1..+4), each shard cluster in a cgroup of its own
 # so that the bench (cmd/pgq-shards bench) can cap each to the same CPU share
-# (SHARDS_CPU cores, default 0.1): cgroup v2 cpu.max where the cpu controller
+# (SHARDS_CPU cores, default 0.1, per SHARDS_PERIOD, default 10ms: the
+# cluster runs 1 ms, then waits for the next period): cgroup v2 cpu.max where the cpu controller
 # is there, else cgroup v1 cpu.cfs_quota_us; as root only. Where neither can
 # be written it says exactly why and measures uncapped. The clusters run with
 # synchronous_commit off (CPU, not the shared disk's flushes, is what the
@@ -19,6 +20,7 @@ cd "$here"
 base=${1:?usage: $0 BASE_PORT}
 cpu=${SHARDS_CPU:-0.1}
 seconds=${SHARDS_SECONDS:-10}
+period=${SHARDS_PERIOD:-10ms}
 
 log() { echo "shards: $*" >&2; }
 
@@ -77,8 +79,9 @@ into_cgroup() {
   local datadir pm p
   datadir=$("$pgbin/psql" "$2" -Atc 'SHOW data_directory')
   pm=$(head -1 "$datadir/postmaster.pid")
-  for p in "$pm" $(ps -o pid= --ppid "$pm"); do
-    echo "$p" >"$1/cgroup.procs"
+  echo "$pm" >"$1/cgroup.procs"
+  for p in $(ps -o pid= --ppid "$pm"); do
+    echo "$p" >"$1/cgroup.procs" 2>/dev/null || true # a child that exited meanwhile (ESRCH)
   done
   log "cluster on $2 (postmaster $pm) in cgroup $1"
 }
@@ -106,5 +109,5 @@ shards_csv=$(IFS=,; echo "${shard_urls[*]}")
 go build -o bin/pgq-shards ./cmd/pgq-shards
 # The cgroup folders go before the clusters stop (cleanup): empty first.
 bin/pgq-shards bench -directory-url "$dir_url" -shard-urls "$shards_csv" -cgroup-kind "$kind" \
-  -cgroup-dirs "$cgdirs_csv" -cap-note "$note" -cpu "$cpu" -seconds "$seconds" \
+  -cgroup-dirs "$cgdirs_csv" -cap-note "$note" -cpu "$cpu" -period "$period" -seconds "$seconds" \
   -kill-cmd "scripts/devdb.sh crash shards-3"

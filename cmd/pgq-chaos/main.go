@@ -7,16 +7,22 @@
 //
 // exiting non-zero unless all five are 0 and every scenario ran clean.
 //
-//	pgq-chaos [-seconds N] [-scenarios soak,longtx,deadgroup,failover-sync,failover-async] [-port P] [-failover-port P]
+//	pgq-chaos [-seconds N] [-scenarios soak,longtx,deadgroup,failover-sync,failover-async,move] [-port P] [-failover-port P] [-move-port P]
+//
+// The move scenario (move.go, last) moves a topic between two shard
+// clusters of its own (-move-port and the next) under traffic with crashes;
+// its lost messages and its deliveries after an ack count in the line.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -32,9 +38,11 @@ func main() {
 	var cfg chaos.Config
 	var seconds, longTx int
 	var scenarios string
+	var movePort int
 	flag.IntVar(&seconds, "seconds", 0, "soak duration in seconds (env CHAOS_SECONDS; default 180; long mode: 1800)")
 	flag.IntVar(&longTx, "long-tx-seconds", 0, "how long the long transaction holds its xid (default 120)")
-	flag.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios (default: all of "+strings.Join(chaos.AllScenarios, ",")+")")
+	flag.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios (default: all of "+strings.Join(chaos.AllScenarios, ",")+","+moveScenario+")")
+	flag.IntVar(&movePort, "move-port", 25470, "port of the move scenario's first shard cluster; the second takes the next one")
 	flag.IntVar(&cfg.Port, "port", 0, "port of the soak cluster (default 25435)")
 	flag.StringVar(&cfg.Cluster, "cluster", "", "name of the soak cluster under .pgq-dev (default chaos)")
 	flag.IntVar(&cfg.FailoverPort, "failover-port", 0, "port of the failover primary; the standby takes the next one (default 25436)")
@@ -57,18 +65,48 @@ func main() {
 	}
 	cfg.Duration = time.Duration(seconds) * time.Second
 	cfg.LongTx = time.Duration(longTx) * time.Second
-	if scenarios != "" {
-		cfg.Scenarios = strings.Split(scenarios, ",")
-	}
+	rest, move := splitScenarios(scenarios)
+	cfg.Scenarios = rest
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	sum, err := chaos.Run(ctx, cfg, os.Stdout)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pgq-chaos:", err)
+	var sum chaos.Summary
+	var err error
+	if scenarios == "" || len(rest) > 0 {
+		sum, err = chaos.Run(ctx, cfg, os.Stdout)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "pgq-chaos:", err)
+		}
+	}
+	if move && ctx.Err() == nil {
+		root, rerr := checkout()
+		if rerr != nil {
+			fmt.Fprintln(os.Stderr, "pgq-chaos:", rerr)
+			os.Exit(2)
+		}
+		runMove(ctx, root, movePort, os.Stdout, &sum)
 	}
 	fmt.Println(sum.Line())
 	if err != nil || !sum.OK() {
 		os.Exit(1)
+	}
+}
+
+// checkout is the repository checkout around the working directory (where
+// scripts/devdb.sh is).
+func checkout() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "scripts", "devdb.sh")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run pgq-chaos inside the pgq checkout (scripts/devdb.sh not found)")
+		}
+		dir = parent
 	}
 }

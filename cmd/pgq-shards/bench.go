@@ -27,10 +27,13 @@ import (
 
 // The measurement of `make shards` (scripts/shards.sh starts the clusters
 // and their cgroups): for N = 1, 2, 4 shards, each its own cluster capped
-// to the same CPU share, 8 producers (4 publishing batches of 100, 4 single
-// messages) over 4×N pubsub topics placed round-robin on the shards, 4
-// groups draining every topic (one consumer per group and shard), for
-// -seconds; the rate is published plus consumed messages per second. Then
+// to the same CPU share (-cpu per -period), 8 producers (4 publishing
+// batches of 100, 4 single messages; each with one call in flight per
+// shard) over 4×N pubsub topics placed round-robin on the shards, 4 groups
+// draining every topic (one consumer per group and shard), for -seconds;
+// the rate is published plus consumed messages per second, printed with
+// each shard's CPU. Capped, a saturation check: N = 1 with the N = 4 run's
+// 32 producer streams. Then
 // the caps are lifted until every group has every published message (lost
 // = published messages a group never got). The same again uncapped (the
 // control). Then the PL/Proxy path against the direct one: 8 producers
@@ -41,12 +44,13 @@ import (
 // three shards' rate after the kill over their rate before it.
 
 type benchOpts struct {
-	directoryURL string   // maintenance database of the directory cluster
-	shardURLs    []string // maintenance databases of the shard clusters (4)
-	cgroupKind   string   // v1, v2 or none
-	cgroupDirs   []string // one per shard cluster
-	capNote      string   // why not capped (kind none)
-	cpu          float64  // each shard's CPU share when capped
+	directoryURL string        // maintenance database of the directory cluster
+	shardURLs    []string      // maintenance databases of the shard clusters (4)
+	cgroupKind   string        // v1, v2 or none
+	cgroupDirs   []string      // one per shard cluster
+	capNote      string        // why not capped (kind none)
+	cpu          float64       // each shard's CPU share when capped
+	period       time.Duration // the cap's period (cfs_period_us, cpu.max's period)
 	seconds      int
 	drain        time.Duration
 	killCmd      string // stops the last shard cluster at once (the kill-one run); "" skips that run
@@ -71,6 +75,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cgDirs, "cgroup-dirs", "", "comma-separated cgroup folders, one per shard cluster")
 	fs.StringVar(&o.capNote, "cap-note", "", "why the clusters are not capped (with -cgroup-kind none)")
 	fs.Float64Var(&o.cpu, "cpu", 0.1, "each shard's CPU share when capped (cores)")
+	fs.DurationVar(&o.period, "period", 10*time.Millisecond, "the cap's period: a capped shard runs cpu×period, then waits for the next period")
 	fs.IntVar(&o.seconds, "seconds", 10, "length of each measured run")
 	fs.DurationVar(&o.drain, "drain", 3*time.Minute, "longest wait for the groups to drain after a run")
 	fs.StringVar(&o.killCmd, "kill-cmd", "", "shell command that stops the 4th shard cluster at once (pg_ctl -m immediate): the kill-one run, last")
@@ -93,8 +98,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	capped := o.cgroupKind != "none"
 	if capped {
-		fmt.Fprintf(stdout, "shards: each shard cluster capped to %.2f CPU (cgroup %s); directory/proxy and load generator uncapped, beside them\n",
-			o.cpu, o.cgroupKind)
+		fmt.Fprintf(stdout, "shards: each shard cluster capped to %.2f CPU (cgroup %s, %s per %s); directory/proxy and load generator uncapped, beside them\n",
+			o.cpu, o.cgroupKind, time.Duration(o.cpu*float64(o.period)), o.period)
 	} else {
 		fmt.Fprintf(stdout, "shards: NOT capped: %s\n", o.capNote)
 	}
@@ -106,13 +111,26 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	for _, cap := range modes {
 		for _, n := range []int{1, 2, 4} {
-			r, err := b.fanoutRun(ctx, n, cap, false)
+			r, err := b.fanoutRun(ctx, n, cap, false, 1)
 			if err != nil {
 				return err
 			}
 			rates[fmt.Sprintf("%v/%d", cap, n)] = r.rate
 			lost += r.lost
 		}
+	}
+	// The saturation check: N = 1 with as many calls in flight as N = 4
+	// (4 streams per producer). About the N = 1 rate means one shard was
+	// already the bound with 8 streams, so the gain at N = 4 is the
+	// shards', not the extra streams'.
+	if capped {
+		r, err := b.fanoutRun(ctx, 1, true, false, 4)
+		if err != nil {
+			return err
+		}
+		lost += r.lost
+		fmt.Fprintf(stdout, "shards: saturation check: N=1 capped with the N=4 run's 32 producer streams: %.0f msg/s, %.2f of N=1's\n",
+			r.rate, r.rate/rates["true/1"])
 	}
 	proxy, err := b.proxyRun(ctx, capped)
 	if err != nil {
@@ -125,7 +143,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// stops every cluster afterwards).
 	killOne := "n/a (no -kill-cmd)"
 	if o.killCmd != "" {
-		r, err := b.fanoutRun(ctx, 4, capped, true)
+		r, err := b.fanoutRun(ctx, 4, capped, true, 1)
 		if err != nil {
 			return err
 		}
@@ -175,20 +193,21 @@ func (b *bench) setCap(on bool) error {
 	}
 	for _, d := range b.o.cgroupDirs {
 		var file, val string
-		quota := int(b.o.cpu * 100000)
+		period := int(b.o.period / time.Microsecond)
+		quota := int(b.o.cpu * float64(period))
 		switch b.o.cgroupKind {
 		case "v1":
 			file, val = filepath.Join(d, "cpu.cfs_quota_us"), "-1"
 			if on {
 				val = fmt.Sprint(quota)
 			}
-			if err := os.WriteFile(filepath.Join(d, "cpu.cfs_period_us"), []byte("100000"), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(d, "cpu.cfs_period_us"), []byte(fmt.Sprint(period)), 0o644); err != nil {
 				return fmt.Errorf("bench: cgroup period: %w", err)
 			}
 		case "v2":
-			file, val = filepath.Join(d, "cpu.max"), "max 100000"
+			file, val = filepath.Join(d, "cpu.max"), fmt.Sprintf("max %d", period)
 			if on {
-				val = fmt.Sprintf("%d 100000", quota)
+				val = fmt.Sprintf("%d %d", quota, period)
 			}
 		default:
 			return nil
@@ -290,12 +309,13 @@ type runResult struct {
 	killRatio float64 // kill-one run: the other shards' rate after the kill / before it
 }
 
-// fanoutRun is one measured run with n shards. With kill, it runs -seconds,
+// fanoutRun is one measured run with n shards, each producer with streams
+// calls in flight per shard (1 but for the saturation check). With kill, it runs -seconds,
 // stops the last shard cluster at once (-kill-cmd), and runs -seconds more:
 // killRatio compares the other shards' rates (their topics' published +
 // consumed messages per second) in the two halves; the seconds the stop
 // command takes count in neither.
-func (b *bench) fanoutRun(ctx context.Context, n int, capped, kill bool) (runResult, error) {
+func (b *bench) fanoutRun(ctx context.Context, n int, capped, kill bool, streams int) (runResult, error) {
 	topics := make([]string, 4*n)
 	for i := range topics {
 		topics[i] = fmt.Sprintf("bench.t%02d", i)
@@ -324,15 +344,16 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped, kill bool) (runRes
 	}
 
 	published := make([]atomic.Int64, len(topics))
-	var pubTotal, conTotal, errs, downErrs atomic.Int64
+	var pubTotal, singleTotal, conTotal, errs, downErrs atomic.Int64
 	counting := atomic.Bool{}
 	counting.Store(true)
 	// The kill-one run's per-shard counts: phase 0 before the kill, 1 after
 	// it, 2 while the stop command runs (not counted).
 	var phase atomic.Int32
-	var perShard [3][]atomic.Int64
+	var perShard, perShardCon [3][]atomic.Int64
 	for i := range perShard {
 		perShard[i] = make([]atomic.Int64, n)
+		perShardCon[i] = make([]atomic.Int64, n)
 	}
 	// failed counts a failed call; one to the killed shard is expected (no
 	// log line each).
@@ -345,44 +366,63 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped, kill bool) (runRes
 		slog.Warn(what, "err", err)
 	}
 
+	// Each producer writes to every shard at once: one stream (one call in
+	// flight) per shard, over that shard's topics. With one sequential loop
+	// over all topics, a producer waits on whichever shard is throttled at
+	// the moment (a capped cluster runs its quota, then stands still for
+	// the rest of the period) and the other shards idle meanwhile: at N = 4
+	// the 8 producers, not the shards, were the bound. At N = 1 a producer
+	// has one stream, as before.
 	prodCtx, stopProd := context.WithCancel(ctx)
 	var pw sync.WaitGroup
 	for p := 0; p < producers; p++ {
-		pw.Add(1)
-		go func(p int) {
-			defer pw.Done()
-			for k := 0; prodCtx.Err() == nil; k++ {
-				ti := (p + k) % len(topics)
-				var got int
-				if p < producers/2 {
-					msgs := make([]client.Message, 100)
-					for i := range msgs {
-						msgs[i] = client.Message{Payload: payload(p, k*100+i)}
+		for st := 0; st < n*streams; st++ {
+			s := st % n
+			pw.Add(1)
+			go func(p, s int) {
+				defer pw.Done()
+				perShardTopics := (len(topics) - s + n - 1) / n
+				for k := 0; prodCtx.Err() == nil; k++ {
+					ti := s + ((p+k)%perShardTopics)*n
+					var got int
+					var err error
+					if p < producers/2 {
+						msgs := make([]client.Message, 100)
+						for i := range msgs {
+							msgs[i] = client.Message{Payload: payload(p, k*100+i)}
+						}
+						var ids []int64
+						ids, err = sc.PublishBatch(prodCtx, topics[ti], msgs)
+						got = len(ids)
+					} else {
+						_, err = sc.Publish(prodCtx, topics[ti], client.Message{Payload: payload(p, k)})
+						got = 1
 					}
-					ids, err := sc.PublishBatch(prodCtx, topics[ti], msgs)
 					if err != nil {
 						if prodCtx.Err() == nil {
-							failed("publish_batch", err)
-						}
-						continue
-					}
-					got = len(ids)
-				} else {
-					if _, err := sc.Publish(prodCtx, topics[ti], client.Message{Payload: payload(p, k)}); err != nil {
-						if prodCtx.Err() == nil {
 							failed("publish", err)
+							if errors.Is(err, client.ErrShardUnreachable) {
+								// the killed shard: fails at once, so this
+								// stream would spin; it tries again later
+								select {
+								case <-prodCtx.Done():
+								case <-time.After(100 * time.Millisecond):
+								}
+							}
 						}
 						continue
 					}
-					got = 1
+					published[ti].Add(int64(got))
+					if counting.Load() {
+						pubTotal.Add(int64(got))
+						if p >= producers/2 {
+							singleTotal.Add(1)
+						}
+						perShard[phase.Load()][ti%n].Add(int64(got))
+					}
 				}
-				published[ti].Add(int64(got))
-				if counting.Load() {
-					pubTotal.Add(int64(got))
-					perShard[phase.Load()][ti%n].Add(int64(got))
-				}
-			}
-		}(p)
+			}(p, s)
+		}
 	}
 
 	// consumers: one per group and shard, over that shard's topics;
@@ -436,7 +476,9 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped, kill bool) (runRes
 						}
 						if counting.Load() {
 							conTotal.Add(int64(len(page.Messages)))
-							perShard[phase.Load()][ti%n].Add(int64(len(page.Messages)))
+							ph := phase.Load()
+							perShard[ph][ti%n].Add(int64(len(page.Messages)))
+							perShardCon[ph][ti%n].Add(int64(len(page.Messages)))
 						}
 					}
 					if idle {
@@ -451,6 +493,7 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped, kill bool) (runRes
 	}
 
 	start := time.Now()
+	cpu0 := b.shardCPU(n)
 	select {
 	case <-ctx.Done():
 	case <-time.After(time.Duration(b.o.seconds) * time.Second):
@@ -461,6 +504,7 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped, kill bool) (runRes
 		before := time.Since(start).Seconds()
 		phase.Store(2)
 		killed = n - 1
+		cpuK0 := b.shardCPU(killed)
 		out, err := exec.CommandContext(ctx, "sh", "-c", b.o.killCmd).CombinedOutput()
 		if err != nil {
 			stopProd()
@@ -471,22 +515,45 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped, kill bool) (runRes
 		}
 		phase.Store(1)
 		t1 := time.Now()
+		cpuK1 := b.shardCPU(killed)
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Duration(b.o.seconds) * time.Second):
 		}
 		after := time.Since(t1).Seconds()
-		var r0, r1 int64
+		cpuE := b.shardCPU(killed)
+		var r0, r1, c0, c1 int64
 		for sh := 0; sh < killed; sh++ {
 			r0 += perShard[0][sh].Load()
 			r1 += perShard[1][sh].Load()
+			c0 += perShardCon[0][sh].Load()
+			c1 += perShardCon[1][sh].Load()
 		}
 		killRatio = (float64(r1) / after) / (float64(r0) / before)
-		fmt.Fprintf(b.out, "shards: kill-one: shards 0..%d %.0f msg/s before shard %d stopped, %.0f msg/s after (%.2f); calls to it failed at once: %d\n",
-			killed-1, float64(r0)/before, killed, float64(r1)/after, killRatio, downErrs.Load())
+		// the three shards' mean CPU (cores) before and after
+		cpuNote := ""
+		if cpu0 != nil && cpuK0 != nil && cpuK1 != nil && cpuE != nil {
+			var u0, u1 float64
+			for sh := 0; sh < killed; sh++ {
+				u0 += (cpuK0[sh] - cpu0[sh]) / before / float64(killed)
+				u1 += (cpuE[sh] - cpuK1[sh]) / after / float64(killed)
+			}
+			cpuNote = fmt.Sprintf("; shard CPU %.3f before, %.3f after", u0, u1)
+		}
+		fmt.Fprintf(b.out, "shards: kill-one: shards 0..%d %.0f msg/s (consume %.0f/s) before shard %d stopped, %.0f msg/s (consume %.0f/s) after (%.2f)%s; calls to it failed at once: %d\n",
+			killed-1, float64(r0)/before, float64(c0)/before, killed, float64(r1)/after, float64(c1)/after, killRatio, cpuNote, downErrs.Load())
 	}
 	counting.Store(false)
 	elapsed := time.Since(start).Seconds()
+	cpuNote := ""
+	if cpu1 := b.shardCPU(n); cpu0 != nil && cpu1 != nil && !kill {
+		// the shards' processes' CPU time over the run, in cores
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = fmt.Sprintf("%.3f", (cpu1[i]-cpu0[i])/elapsed)
+		}
+		cpuNote = ", shard CPU " + strings.Join(parts, "/")
+	}
 	stopProd()
 	pw.Wait()
 	rate := float64(pubTotal.Load()+conTotal.Load()) / elapsed
@@ -537,8 +604,8 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped, kill bool) (runRes
 	if kill {
 		mode += "/kill"
 	}
-	fmt.Fprintf(b.out, "shards: N=%d %-8s %2d topics: %8.0f msg/s (publish %7.0f/s, consume %7.0f/s), errors %d, lost %d%s\n",
-		n, mode, len(topics), rate, pubRate, rate-pubRate, errs.Load(), lost, drainNote(pending))
+	fmt.Fprintf(b.out, "shards: N=%d %-8s %2d topics: %8.0f msg/s (publish %7.0f/s, %5.0f/s of them single, consume %7.0f/s)%s, errors %d, lost %d%s\n",
+		n, mode, len(topics), rate, pubRate, float64(singleTotal.Load())/elapsed, rate-pubRate, cpuNote, errs.Load(), lost, drainNote(pending))
 	return runResult{rate: rate, lost: lost, killRatio: killRatio}, nil
 }
 
@@ -640,4 +707,40 @@ func (b *bench) proxyRun(ctx context.Context, capped bool) (float64, error) {
 	fmt.Fprintf(b.out, "shards: publish_batch of 100, 8 producers, 1 shard: direct %.0f msg/s, via fanout_proxy %.0f msg/s\n",
 		direct, proxied)
 	return proxied / direct, nil
+}
+
+// shardCPU is the CPU time (seconds) of shard clusters 0..n-1 so far: the
+// user and system time of the processes in each cluster's cgroup, with
+// that of their exited children (backends the postmaster reaped). nil
+// without cgroups or when /proc cannot be read.
+func (b *bench) shardCPU(n int) []float64 {
+	if len(b.o.cgroupDirs) < n {
+		return nil
+	}
+	const ticks = 100 // USER_HZ
+	out := make([]float64, n)
+	for i := 0; i < n; i++ {
+		procs, err := os.ReadFile(filepath.Join(b.o.cgroupDirs[i], "cgroup.procs"))
+		if err != nil {
+			return nil
+		}
+		for _, pid := range strings.Fields(string(procs)) {
+			stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+			if err != nil {
+				continue // exited meanwhile: its time is in the postmaster's
+			}
+			// after "(comm) ": state, then utime is the 12th field.
+			f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+			if len(f) < 15 {
+				continue
+			}
+			for _, v := range f[11:15] { // utime, stime, cutime, cstime
+				var t float64
+				if _, err := fmt.Sscan(v, &t); err == nil {
+					out[i] += t / ticks
+				}
+			}
+		}
+	}
+	return out
 }
