@@ -37,7 +37,7 @@
 -- sequence and completion table (rows below the switch id may carry stale
 -- bits; nothing reads them as bits any more). Returns the switch id.
 -- Tables: fanout.topic, fanout.consumer_group, fanout.partition,
--- fanout.topic_state, fanout.event_log, fanout_data.m<id> (DDL: column,
+-- fanout.topic_state, fanout.stamp_pending, fanout_data.m<id> (DDL: column,
 -- trigger, indexes), fanout_data.m<id>_done*, fanout_data.m<id>_epoch.
 CREATE OR REPLACE FUNCTION fanout._completion_switch_reference(p_t fanout.topic)
 RETURNS bigint
@@ -133,6 +133,9 @@ BEGIN
         WHERE g.group_id = v_id;
         v_bit := v_bit + 1;
     END LOOP;
+    -- The mask's fence (fanout._stamp_fence) listed the writers of the
+    -- table: only this transaction, which inserts no message.
+    DELETE FROM fanout.stamp_pending s WHERE s.topic_id = p_t.topic_id AND s.txid = pg_current_xact_id();
     PERFORM fanout._create_done_function(p_t.topic_id);
     PERFORM fanout._create_page_functions(p_t.topic_id);  -- the per-region bit filter
     RETURN v_next;
