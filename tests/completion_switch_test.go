@@ -199,7 +199,6 @@ func TestCompletionSwitchRefusals(t *testing.T) {
 	require.NoError(t, exec("SELECT fanout.alter_topic('cs_queue', completion => 'offset')"))
 	requireSQLState(t, exec("SELECT fanout.alter_topic('cs_queue', completion => 'bitmap')"), "PGQ03")
 	b.createTopic(t, b.Pool, "cs_offset", "semantics => 'pubsub'")
-	requireSQLState(t, exec("SELECT fanout.alter_topic('cs_offset', completion => 'reference')"), "PGQ03")
 	require.NoError(t, exec("SELECT fanout.alter_topic('cs_offset', completion => 'OFFSET_WATERMARK')"))
 	requireSQLState(t, exec("SELECT fanout.alter_topic('cs_nope', completion => 'offset')"), "PGQ01")
 
@@ -213,7 +212,9 @@ func TestCompletionSwitchRefusals(t *testing.T) {
 	require.Equal(t, "reference", c, "nothing changed")
 	b.runJobs(t)
 	require.NoError(t, exec("SELECT fanout.alter_topic('cs_fill', completion => 'offset')"))
-	requireSQLState(t, exec("SELECT fanout.alter_topic('cs_fill', completion => 'reference')"), "PGQ03")
+	// Back to reference only once this switch has finished
+	// (TestCompletionSwitchToReferenceRefusals).
+	requireSQLState(t, exec("SELECT fanout.alter_topic('cs_fill', completion => 'reference')"), "PGQ28")
 	// B's backfilled history and A's stream, each once.
 	got := b.readAck(t, "cs_fill", "B")
 	require.Len(t, got, 5)
@@ -225,17 +226,23 @@ func TestCompletionSwitchRefusals(t *testing.T) {
 // the middle. Every group acks every committed message exactly once.
 func TestCompletionSwitchUnderTraffic(t *testing.T) {
 	t.Parallel()
-	t.Run("unpartitioned", func(t *testing.T) { switchUnderTraffic(t) })
+	t.Run("unpartitioned", func(t *testing.T) { switchUnderTraffic(t, "offset") })
 	// Key partitions: members own partitions, reads go through their cursors.
-	t.Run("key_partitions", func(t *testing.T) { switchUnderTraffic(t, "partitions => 4") })
+	t.Run("key_partitions", func(t *testing.T) { switchUnderTraffic(t, "offset", "partitions => 4") })
 }
 
-func switchUnderTraffic(t *testing.T, opts ...string) {
+// switchUnderTraffic switches a topic to completion to (from the other
+// mode) with publishers, consumers and maintenance running.
+func switchUnderTraffic(t *testing.T, to string, opts ...string) {
 	b := setup(t)
 	const topic = "cs_traffic"
 	groups := []string{"g1", "g2", "g3"}
-	b.refTopic(t, topic, append([]string{"retention => '0'", "zero_subscription_retention => '0'",
-		"partition_interval => '1 minute'"}, opts...)...)
+	from := "reference"
+	if to == "reference" {
+		from = "offset"
+	}
+	b.createTopic(t, b.Pool, topic, append([]string{"semantics => 'pubsub'", "completion => '" + from + "'",
+		"retention => '0'", "zero_subscription_retention => '0'", "partition_interval => '1 minute'"}, opts...)...)
 	for _, g := range groups {
 		b.subscribe(t, topic, g)
 	}
@@ -414,7 +421,7 @@ func switchUnderTraffic(t *testing.T, opts ...string) {
 	}
 	wait("traffic before the switch", func() bool { return published.Load() >= 600 })
 	var switchID int64
-	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT fanout.alter_topic($1, completion => 'offset')", topic).Scan(new(int64)))
+	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT fanout.alter_topic($1, completion => $2)", topic, to).Scan(new(int64)))
 	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT completion_switch_id FROM fanout.topic WHERE topic = $1", topic).Scan(&switchID))
 	atSwitch := published.Load()
 	pubMu.Lock()
@@ -460,11 +467,25 @@ func switchUnderTraffic(t *testing.T, opts ...string) {
 		}
 		return true
 	})
-	// Storage of the reference region goes once everyone is done with it.
+	// Storage of the region before the switch goes once everyone is done with it.
 	wait("cleanup of the partitions below the switch", func() bool {
 		los := b.partitionLos(t, topic)
 		return len(los) > 0 && los[0] >= switchID&^((1<<32)-1)
 	})
+	if to == "reference" {
+		// The region from the switch on goes by the reference rule: every
+		// closed partition, once all of it is COMPLETED.
+		wait("cleanup of the closed partitions after the switch", func() bool {
+			var n int
+			require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM fanout.partition p JOIN fanout.topic t USING (topic_id)
+				WHERE t.topic = $1 AND p.closed_at IS NOT NULL AND p.truncated_at IS NULL`, topic).Scan(&n))
+			return n == 0
+		})
+		c, done, bits := b.switchState(t, topic)
+		require.Equal(t, "reference", c)
+		require.True(t, done)
+		require.Equal(t, len(groups), bits)
+	}
 	stopCons()
 	consWG.Wait()
 	select {

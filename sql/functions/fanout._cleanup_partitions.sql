@@ -28,7 +28,11 @@
 -- from then on it is an offset topic whose completion partitions (of the
 -- partitions it had before) go with their message partitions, the
 -- completion table with the last of them.
--- Offset topics: closed partitions are summarized first
+-- A topic switched from offset to reference completion: partitions with
+-- rows below the switch id go by the offset rule too (their rows carry no
+-- bits; fanout._partition_droppable), and a group's loss there is counted
+-- by its position.
+-- Offset topics (and those switched to reference): closed partitions are summarized first
 -- (fanout._summarize_partitions), which keeps the per-group checks and loss
 -- counts look-ups rather than scans.
 -- Bounded: at most 10 partitions and 100 topics per call, and no new topic
@@ -107,7 +111,10 @@ BEGIN
         CONTINUE WHEN NOT fanout._completion_switch_finish(v_t, p_now);
         IF v_t.completion = 'reference' THEN
             PERFORM fanout._reconcile_stamps(v_t.topic_id, pg_current_snapshot());
-        ELSE
+        END IF;
+        IF v_t.completion = 'offset' OR v_t.completion_switch_id IS NOT NULL THEN
+            -- (switched to reference: its partitions below the switch id
+            -- go by the offset rule, fanout._partition_droppable)
             PERFORM fanout._summarize_partitions(v_t.topic_id);
         END IF;
         FOR v_p IN
@@ -167,11 +174,15 @@ BEGIN
                 -- pass over the partition, not one per group.
                 FOR g IN SELECT * FROM fanout.consumer_group cg
                          WHERE cg.topic_id = v_t.topic_id AND cg.status <> 'cancelled'
-                           AND ((cg.bit_no IS NOT NULL AND cg.status = 'dead')
+                           AND ((cg.bit_no IS NOT NULL AND cg.status = 'dead'
+                                 AND v_p.lo_id >= coalesce(v_t.completion_switch_id, 0))
                                 OR v_p.txid_bound IS NULL OR pg_snapshot_xmin(cg.win_lo) < v_p.txid_bound
                                 OR fanout._group_holds_in(cg.group_id, v_p))
                          ORDER BY cg.group_id LOOP
-                    v_dead_ref := g.bit_no IS NOT NULL AND g.status = 'dead';
+                    -- (a partition with rows from before a switch to
+                    -- reference counts by position, as in offset mode)
+                    v_dead_ref := g.bit_no IS NOT NULL AND g.status = 'dead'
+                                  AND v_p.lo_id >= coalesce(v_t.completion_switch_id, 0);
                     IF v_dead_ref THEN
                         -- Reference mode: a dead group's bit was released, so
                         -- nothing looks unread to it; what it had not

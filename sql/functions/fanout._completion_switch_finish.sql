@@ -13,8 +13,8 @@
 --      group's bit, one group row at a time and never waiting (a group whose
 --      row a read holds is done by a later call).
 --   3. Once no group has a bit: the stamps waiting to be reconciled and the
---      topic's mask go (fanout.stamp_pending, fanout.topic_state: the insert
---      trigger then stamps 0 and lists nothing), completion_switch_done_at is
+--      topic's mask go (fanout.stamp_pending; topic_state keeps its row with
+--      mask 0: the insert trigger then stamps 0 and lists nothing), completion_switch_done_at is
 --      set and an event_log row written; returns true.
 -- The completion table stays until cleanup has dropped the partitions it
 -- covers (fanout._cleanup_partitions drops it with the last one).
@@ -57,7 +57,12 @@ BEGIN
         RETURN false;
     END IF;
     DELETE FROM fanout.stamp_pending s WHERE s.topic_id = p_t.topic_id;
-    DELETE FROM fanout.topic_state s WHERE s.topic_id = p_t.topic_id;
+    -- The mask goes, the row stays (with its epoch: the sequence's): the
+    -- insert trigger, still on the table, stamps 0 and lists nothing; a row
+    -- it could not see would make it list every insert.
+    UPDATE fanout.topic_state s SET required_mask = 0, epoch = greatest(s.epoch, pg_sequence_last_value(s.epoch_seq)),
+        refreshed_at = clock_timestamp()
+    WHERE s.topic_id = p_t.topic_id;
     UPDATE fanout.topic t SET completion_switch_done_at = clock_timestamp(), completion_switch_vxids = NULL
     WHERE t.topic_id = p_t.topic_id;
     INSERT INTO fanout.event_log (topic, kind, detail)

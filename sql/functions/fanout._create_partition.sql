@@ -4,7 +4,8 @@
 -- Created standalone and then ATTACHed, which takes only SHARE UPDATE
 -- EXCLUSIVE on the parent, so publishers are never blocked. Reference-mode
 -- topics (and topics whose switch to offset is in progress) get the matching
--- partition m<id>_done_p<n> of their completion table.
+-- partition m<id>_done_p<n> of their completion table; a topic switched to
+-- reference from offset an index on id (its table has none of its own).
 -- Returns the partition's relation name. Tables: fanout.topic,
 -- fanout.partition, fanout_data.*.
 CREATE OR REPLACE FUNCTION fanout._create_partition(p_topic_id bigint, p_part_no int)
@@ -34,6 +35,13 @@ BEGIN
                        v_table || '_done_p' || p_part_no, v_table || '_done');
         EXECUTE format('ALTER TABLE fanout_data.%I ATTACH PARTITION fanout_data.%I FOR VALUES FROM (%s) TO (%s)',
                        v_table || '_done', v_table || '_done_p' || p_part_no, v_lo, v_hi);
+    END IF;
+    IF to_regclass(format('fanout_data.%I', v_table || '_id')) IS NULL
+       AND EXISTS (SELECT 1 FROM fanout.topic t WHERE t.topic_id = p_topic_id AND t.completion = 'reference') THEN
+        -- Switched to reference from offset: the message table has no (id)
+        -- index of its own (fanout._completion_switch_reference); each new
+        -- partition gets one, for the bitmap jobs' batches. Empty: at once.
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON fanout_data.%I (id)', v_rel || '_id', v_rel);
     END IF;
     INSERT INTO fanout.partition (topic_id, part_no, lo_id, hi_id, relname, created_at, created_xid, opened_at)
     VALUES (p_topic_id, p_part_no, v_lo, v_hi, v_rel, clock_timestamp(), pg_current_xact_id(),

@@ -4,7 +4,8 @@
 -- of them was published. p_relname restricts the count to one partition of
 -- the topic (NULL = the whole topic). Messages before the group's start do
 -- not count (in its first window only: see fanout._window_walk), nor in reference mode
--- messages that do not require the group.
+-- messages that do not require the group (on a topic switched to
+-- reference, from its switch id on: below it every message counts).
 -- Unread are, disjointly:
 --   (a) txid >= xmax(lo) and (txid, id) after the cursor (one range scan);
 --   (b) txid running at lo, after the cursor (point look-ups);
@@ -12,7 +13,7 @@
 --       lo, at or before the cursor: the next window delivers them.
 -- It counts partition by partition, without scanning those whose rows all
 -- lie in earlier windows (txid_bound at or below the xmin of lo: none
--- unread) or, in offset mode, all lie after the cursor and the start (a
+-- unread) or, in offset mode (and below a switch to reference), all lie after the cursor and the start (a
 -- summarized partition, fanout._summarize_partitions: all row_count unread). So a
 -- group that has not reached a closed partition costs a look-up, not a
 -- count: the fanout.groups view and cleanup stay cheap with many lagging
@@ -48,6 +49,7 @@ AS $fn$
 DECLARE
     v_g       fanout.consumer_group;
     v_filter  text := '';
+    v_switch  bigint;
     v_p       fanout.partition;
     v_lo_xmax xid8;
     v_start   bigint;
@@ -62,12 +64,17 @@ DECLARE
     v_hi_xip  xid8[];
 BEGIN
     SELECT * INTO STRICT v_g FROM fanout.consumer_group g WHERE g.group_id = p_group_id;
-    IF v_g.bit_no IS NOT NULL THEN
-        v_filter := format(' AND (m.required_groups & %L::bigint) <> 0', 1::bigint << v_g.bit_no);
-    END IF;
-    SELECT t.partitions, pg_sequence_last_value(format('fanout_data.%I', t.seq_name)::regclass)
-    INTO v_parts, v_last
+    SELECT t.partitions, pg_sequence_last_value(format('fanout_data.%I', t.seq_name)::regclass),
+           CASE WHEN t.completion = 'reference' THEN t.completion_switch_id END
+    INTO v_parts, v_last, v_switch
     FROM fanout.topic t WHERE t.topic_id = v_g.topic_id;
+    IF v_g.bit_no IS NOT NULL THEN
+        -- Switched from offset completion: rows below the switch id carry
+        -- no bits, every group reads them (fanout._create_page_functions).
+        v_filter := format(' AND (%s(m.required_groups & %L::bigint) <> 0)',
+                           CASE WHEN v_switch IS NOT NULL THEN format('m.id < %s::bigint OR ', v_switch) ELSE '' END,
+                           1::bigint << v_g.bit_no);
+    END IF;
     messages := 0;
     -- One position (the group's), or one per key partition.
     FOR v_k IN
@@ -123,7 +130,7 @@ BEGIN
             -- statement's snapshot: a row it could see has a lower id).
             CONTINUE;
         END IF;
-        IF v_g.bit_no IS NULL AND v_k.kpart IS NULL AND v_p.row_count IS NOT NULL AND v_p.first_txid >= v_lo_xmax
+        IF (v_g.bit_no IS NULL OR v_p.hi_id <= v_switch) AND v_k.kpart IS NULL AND v_p.row_count IS NOT NULL AND v_p.first_txid >= v_lo_xmax
            AND (v_p.first_txid, v_p.first_id) > (v_g.cur_txid, v_g.cur_id)
            AND v_p.lo_id >= v_start THEN
             -- Not reached yet: every row is unread (all of them in part (a)).

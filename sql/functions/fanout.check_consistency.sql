@@ -139,10 +139,10 @@ BEGIN
              LEFT JOIN (SELECT u.id, bit_or(1::bigint << d.bit) AS bits
                         FROM fanout_data.%I d CROSS JOIN LATERAL unnest(d.ids) AS u(id)
                         GROUP BY u.id) c ON c.id = m.id
-             WHERE (m.required_groups & ~coalesce(c.bits, 0) & $2) <> 0
+             WHERE (m.required_groups & ~coalesce(c.bits, 0) & $2) <> 0 AND m.id >= $4
                AND NOT EXISTS (SELECT 1 FROM fanout.stamp_pending s WHERE s.topic_id = $3 AND s.txid = m.txid)
              LIMIT 100', v_t.data_table, v_t.data_table || '_done')
-            USING v_t.topic, v_gone, v_t.topic_id;
+            USING v_t.topic, v_gone, v_t.topic_id, coalesce(v_t.completion_switch_id, 0);
     END LOOP;
 END
 $fn$;

@@ -3,7 +3,8 @@
 -- that are gone (dead, cancelled or deleted) get those groups' bits cleared
 -- from required_groups, so they complete and can be cleaned up. Offset-mode
 -- topics have nothing to force: a dead or cancelled group never pins their
--- data, so this returns 0 for them.
+-- data, so this returns 0 for them; nor have the messages below the switch
+-- id of a topic switched from offset to reference (no bits).
 -- Returns how many messages were completed.
 -- Raises: PGQ01, PGQ03 (older_than NULL or negative).
 -- Tables: fanout.consumer_group, fanout.event_log, fanout_data.m<topic_id>,
@@ -36,11 +37,11 @@ BEGIN
                LEFT JOIN (SELECT u.id, bit_or(1::bigint << d0.bit) AS bits
                           FROM fanout_data.%2$I d0 CROSS JOIN LATERAL unnest(d0.ids) AS u(id)
                           GROUP BY u.id) d ON d.id = m0.id
-               WHERE clock_timestamp() - m0.published_at > $2) c
+               WHERE clock_timestamp() - m0.published_at > $2 AND m0.id >= $3) c
          WHERE m.id = c.id
            AND (m.required_groups & ~c.done) <> 0
            AND (m.required_groups & ~c.done & $1) = 0', v_t.data_table, v_t.data_table || '_done')
-        USING v_live, $2;
+        USING v_live, $2, coalesce(v_t.completion_switch_id, 0);
     GET DIAGNOSTICS v_n = ROW_COUNT;
     IF v_n > 0 THEN
         INSERT INTO fanout.event_log (topic, kind, count, detail)

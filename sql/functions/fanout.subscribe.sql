@@ -132,6 +132,10 @@ BEGIN
         RETURN;
     END IF;
 
+    -- The mode again: a switch to reference (fanout._completion_switch_reference)
+    -- that committed while this call waited for the topic's table gives the
+    -- new group a bit.
+    v_t.completion := (SELECT t.completion FROM fanout.topic t WHERE t.topic_id = v_t.topic_id);
     IF EXISTS (SELECT 1 FROM fanout.topic t WHERE t.topic_id = v_t.topic_id
                AND t.completion_switch_id IS NOT NULL AND t.completion_switch_done_at IS NULL) THEN
         -- A new group has no bit; a session still using the page function

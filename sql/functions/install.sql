@@ -25,6 +25,7 @@
 {{ template "fanout._complete_bits.sql" . }}
 {{ template "fanout._completion_switch.sql" . }}
 {{ template "fanout._completion_switch_finish.sql" . }}
+{{ template "fanout._completion_switch_reference.sql" . }}
 {{ template "fanout._create_done_function.sql" . }}
 {{ template "fanout._create_insert_functions.sql" . }}
 {{ template "fanout._create_page_function.sql" . }}

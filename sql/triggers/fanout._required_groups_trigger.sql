@@ -10,7 +10,10 @@
 -- mask's newest epoch is kept in a sequence, outside MVCC, and when it is
 -- ahead of the epoch this snapshot sees, the transaction is listed in
 -- fanout.stamp_pending, to be restamped once it has ended
--- (fanout._reconcile_stamps). Writers that were already past this check when
+-- (fanout._reconcile_stamps); so is one that sees no topic_state row (a
+-- REPEATABLE READ snapshot from before a switch from offset completion;
+-- a topic switched back to offset keeps its row, fanout._completion_switch_finish).
+-- Writers that were already past this check when
 -- the mask changed are listed by the change itself.
 CREATE OR REPLACE FUNCTION fanout._required_groups_trigger()
 RETURNS trigger
@@ -25,7 +28,11 @@ BEGIN
     INTO NEW.required_groups, v_epoch, v_live
     FROM fanout.topic_state s WHERE s.topic_id = TG_ARGV[0]::bigint;
     NEW.required_groups := coalesce(NEW.required_groups, 0);
-    IF v_live > v_epoch THEN
+    -- No row: this snapshot predates the topic's switch from offset to
+    -- reference completion (fanout._completion_switch_reference; the
+    -- trigger, a catalog object, is seen at once, the row is not), so the
+    -- mask it would need is unknown: listed too.
+    IF v_live > v_epoch OR v_epoch IS NULL THEN
         INSERT INTO fanout.stamp_pending (topic_id, txid)
         SELECT TG_ARGV[0]::bigint, NEW.txid
         WHERE NOT EXISTS (SELECT 1 FROM fanout.stamp_pending s

@@ -49,3 +49,16 @@ $upgrade$;
 INSERT INTO fanout.lock_row (name)
 SELECT k || t.topic_id FROM fanout.topic t, unnest(ARRAY['reconcile:', 'subscribe:']) k
 ON CONFLICT DO NOTHING;
+
+-- Topics switched from reference to offset completion by a build that
+-- deleted their topic_state row when the switch finished: the row again
+-- (mask 0, the epoch its sequence has), as fanout._completion_switch_finish
+-- now leaves it. Their insert trigger stays on the table and lists an insert
+-- that sees no row (a snapshot from before a switch to reference,
+-- fanout._required_groups_trigger): without the row it would list every one.
+INSERT INTO fanout.topic_state (topic_id, required_mask, epoch, epoch_seq)
+SELECT t.topic_id, 0, coalesce(pg_sequence_last_value(c.oid::regclass), 1), c.oid::regclass
+FROM fanout.topic t
+JOIN pg_class c ON c.relname = t.data_table || '_epoch' AND c.relnamespace = 'fanout_data'::regnamespace
+WHERE NOT EXISTS (SELECT 1 FROM fanout.topic_state s WHERE s.topic_id = t.topic_id)
+ON CONFLICT DO NOTHING;

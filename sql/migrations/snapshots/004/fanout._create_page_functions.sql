@@ -20,7 +20,8 @@
 --     the cursor, skipping txids in p_skip;
 -- both from id p_min_id on (partition pruning, start cut-off), at most
 -- p_limit rows, and on a reference topic only rows that require a bit of
--- p_mask. p_kpart NOT NULL (partitioned topics): only key partition
+-- p_mask (on a topic switched to reference, only from its switch id on:
+-- fanout._completion_switch_reference). p_kpart NOT NULL (partitioned topics): only key partition
 -- p_kpart, on the (kpart, txid, id) index (phase 1 as one ordered range per
 -- running txid). p_level NOT NULL: only that priority level (0: priority
 -- NULL), levels 1..9 of the whole stream through the partial index
@@ -38,6 +39,7 @@ AS $fn$
 DECLARE
     v_table text;
     v_ref   boolean;
+    v_switch bigint;
     v_parts int;
     v_where text;
     v_sel   text;
@@ -52,11 +54,17 @@ DECLARE
     v_kbody text;
     v_phase text[] := '{}';
 BEGIN
-    SELECT t.data_table, t.completion = 'reference', t.partitions INTO STRICT v_table, v_ref, v_parts
+    SELECT t.data_table, t.completion = 'reference', t.partitions,
+           CASE WHEN t.completion = 'reference' THEN t.completion_switch_id END
+    INTO STRICT v_table, v_ref, v_parts, v_switch
     FROM fanout.topic t WHERE t.topic_id = p_topic_id;
     v_from := 'fanout_data.' || quote_ident(v_table);
+    -- A topic switched from offset completion: rows below the switch id
+    -- carry no bits and are read by position alone (every row, as before).
     v_where := 'AND (m.txid, m.id) > (p_cur_txid, p_cur_id) AND m.id >= p_min_id'
-               || CASE WHEN v_ref THEN ' AND (m.required_groups & p_mask) <> 0' ELSE '' END;
+               || CASE WHEN v_ref AND v_switch IS NOT NULL
+                       THEN format(' AND (m.id < %s::bigint OR (m.required_groups & p_mask) <> 0)', v_switch)
+                       WHEN v_ref THEN ' AND (m.required_groups & p_mask) <> 0' ELSE '' END;
     -- %1$s: the rows (a FROM item named m), %2$s: their predicate, %3$s:
     -- the index order. The aggregates read the ordered page as it comes
     -- (one pass, arrays in (txid, id) order, parallel).

@@ -1,8 +1,9 @@
 -- fanout.alter_topic(topic, ...options): changes a topic's settings; a NULL
 -- option is left as it is. semantics is fixed at creation; completion may
 -- go from 'reference' to 'offset' (fanout._completion_switch: live, finished
--- by maintenance; docs/completion-switch.md), the same mode changes nothing,
--- 'offset' to 'reference' is refused (PGQ03).
+-- by maintenance) and from 'offset' to 'reference' on a pubsub topic
+-- (fanout._completion_switch_reference: live, in one short lock of the
+-- topic's table); the same mode changes nothing (docs/completion-switch.md).
 -- max_groups (1..1000000, default 1000) caps the topic's consumer groups
 -- (fanout._check_subscribe_limits, PGQ22); a tenant's admin may set it up to
 -- 1000, above that (and above what the topic has) only an operator (admin
@@ -40,8 +41,10 @@
 -- the open one included (fanout._manage_partitions rotates by it).
 -- Returns the topic id.
 -- Raises: PGQ01, PGQ03 (a bad value), PGQ21 (max_groups above 1000 without
--- an operator's grant), PGQ28 (completion switch while a backfill or release
--- job has work left). Tables: fanout.topic, fanout.event_log, fanout.kpart (cursors of
+-- an operator's grant), PGQ17 (to reference with more than 64 groups), PGQ28
+-- (completion switch while a backfill or release job has work left, to
+-- reference while the table cannot be locked or a switch to offset is
+-- unfinished). Tables: fanout.topic, fanout.event_log, fanout.kpart (cursors of
 -- new partitions), fanout.consumer_group (locked), fanout.seq_wait,
 -- fanout.seq_state, fanout.seq_done, fanout.seq_lost, fanout.retry,
 -- fanout_data.* (notify trigger, insert functions, page functions),

@@ -8,7 +8,9 @@
 -- passed is true when the group is done with it (offset mode: its position
 -- has passed it). Reference mode adds required / completed (the group's bits)
 -- and message_status: 'completed' (every required group acked), 'pending',
--- or 'unclaimed' (published while no group was subscribed); NULL otherwise.
+-- or 'unclaimed' (published while no group was subscribed); NULL otherwise
+-- (also for a message below the switch id of a topic switched from offset
+-- to reference: it carries no bits and is answered by position).
 -- Rows are fanout.message_status_row (so inputs and outputs share names).
 -- VOLATILE: its grant check (fanout._authorize) notes the caller.
 -- Raises: PGQ01, PGQ03 (NULL id), PGQ18 (no such message retained).
@@ -37,7 +39,7 @@ BEGIN
     IF p_message_id IS NULL THEN
         RAISE EXCEPTION 'message_id must not be NULL' USING ERRCODE = 'PGQ03';
     END IF;
-    IF v_t.completion = 'reference' THEN
+    IF v_t.completion = 'reference' AND p_message_id >= coalesce(v_t.completion_switch_id, 0) THEN
         EXECUTE format('SELECT m.txid, m.required_groups FROM fanout_data.%I m WHERE m.id = $1',
                        v_t.data_table) INTO v_txid, v_req USING p_message_id;
         v_done := coalesce((SELECT d.bits FROM fanout._done_bits(v_t.data_table, ARRAY[p_message_id]) d), 0);

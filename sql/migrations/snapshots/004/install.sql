@@ -29,6 +29,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._check_topic_settings.sql" . }}
 {{ template "fanout._completion_switch.sql" . }}
 {{ template "fanout._completion_switch_finish.sql" . }}
+{{ template "fanout._completion_switch_reference.sql" . }}
 {{ template "fanout._create_page_function.sql" . }}
 {{ template "fanout._create_page_functions.sql" . }}
 {{ template "fanout._create_partition.sql" . }}
@@ -55,6 +56,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._page_defer.sql" . }}
 {{ template "fanout._page_finish_tx.sql" . }}
 {{ template "fanout._page_fit.sql" . }}
+{{ template "fanout._partition_droppable.sql" . }}
 {{ template "fanout._publish_one.sql" . }}
 {{ template "fanout._quota_check.sql" . }}
 {{ template "fanout._reconcile_stamps.sql" . }}
@@ -84,6 +86,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.check_consistency.sql" . }}
 {{ template "fanout.create_topic.sql" . }}
 {{ template "fanout.drop_topic.sql" . }}
+{{ template "fanout.force_complete_orphaned.sql" . }}
 {{ template "fanout.maintain.sql" . }}
 {{ template "fanout.message_status.sql" . }}
 {{ template "fanout.regenerate_topics.sql" . }}
@@ -110,6 +113,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout.wait_end.sql" . }}
 {{ template "_grants.sql" . }}
 {{ template "fanout._notify_trigger.sql" . }}
+{{ template "fanout._required_groups_trigger.sql" . }}
 {{ template "fanout._tally_trigger.sql" . }}
 {{ template "_attach.sql" . }}
 -- Backfills (sql/upgrade/after.sql).
