@@ -133,7 +133,7 @@ BEGIN
         -- The grant was checked above. Unpartitioned: the acked page's slot
         -- is written once, with the next page (fanout._ack's p_defer).
         SELECT a.o_defer, a.o_targets INTO v_defer, v_settled
-        FROM fanout._ack($8, NULL, true, v_t.partitions IS NULL) a;
+        FROM fanout._ack($8, NULL, true, v_t.partitions IS NULL, v_raw) a;
     END IF;
     IF v_t.partitions IS NOT NULL THEN
         SELECT * INTO v_p FROM fanout._kpart_claim(v_t, p_group, p_consumer, p_max, p_lease, p_max_bytes, $7, v_now);
