@@ -61,11 +61,13 @@ func TestConsumePathRunsNoSQLFunction(t *testing.T) {
 // leaseRounds is fanout._lease_code's construction written out again from
 // its header: six rounds of an unbalanced Feistel network over a 31-bit half
 // a and a 32-bit half b, round r XORing the first 32 bits of
-// sha256(key || r || the other half as int8send) into a (31 bits) or b.
+// sha256(key || int4send(r) || int8send(the other half)) into a (31 bits)
+// or b.
 func leaseRounds(key []byte, v uint64, encode bool) uint64 {
 	f := func(r byte, x uint64) uint64 {
-		in := append(append(append([]byte{}, key...), r), make([]byte, 8)...)
-		binary.BigEndian.PutUint64(in[len(in)-8:], x)
+		in := append(append([]byte{}, key...), make([]byte, 12)...)
+		binary.BigEndian.PutUint32(in[len(key):], uint32(r))
+		binary.BigEndian.PutUint64(in[len(key)+4:], x)
 		h := sha256.Sum256(in)
 		return uint64(binary.BigEndian.Uint32(h[:4]))
 	}
