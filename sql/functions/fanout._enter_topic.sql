@@ -2,11 +2,11 @@
 -- fanout._topic, for the entry points that use a topic's messages or groups
 -- (publish, publish_batch, read, heartbeat, subscribe): the caller's grant
 -- (p_privilege 'publish' or 'consume'), the topic's row and, for
--- publish, its bytes quota are checked in one query (the grant by
--- fanout._grant_ok, as fanout._may checks it), then ACCESS SHARE is taken
--- on the topic's message table as fanout._enter takes it. Each entry point
--- checks the caller once per call this way, instead of through a chain of
--- calls that each set search_path again. When the query finds nothing (no grant, no topic, a
+-- publish, its bytes quota are checked in one query (fanout._may's
+-- expression, inline), then ACCESS SHARE is taken on the topic's message
+-- table as fanout._enter takes it. Each entry point checks the caller once
+-- per call this way, instead of through a chain of calls that each set
+-- search_path again. When the query finds nothing (no grant, no topic, a
 -- quota reached, an unknown role), fanout._enter and fanout._topic run and
 -- raise the precise error, in the same order as before: the grant first,
 -- so a caller without one cannot learn whether a topic exists.
@@ -29,7 +29,16 @@ BEGIN
     WHERE t.topic = CASE WHEN p_topic IS NULL OR getdatabaseencoding() <> 'UTF8' OR p_topic IS NFC NORMALIZED
                          THEN p_topic ELSE normalize(p_topic, NFC) END
       AND (p_privilege <> 'publish' OR NOT EXISTS (SELECT 1 FROM fanout.quota_block q WHERE q.topic_id = t.topic_id))
-      AND fanout._grant_ok(v_caller, t.topic, p_privilege);
+      AND (SELECT pg_has_role(v_caller, n.nspowner, 'USAGE')
+                  OR (pg_has_role(v_caller, CASE p_privilege WHEN 'publish' THEN 'fanout_producer'
+                                                             ELSE 'fanout_consumer' END, 'USAGE')
+                      AND EXISTS (
+                          SELECT 1 FROM fanout.topic_grant g
+                          WHERE (g.privilege = p_privilege OR g.privilege = 'admin')
+                            AND CASE WHEN right(g.pattern, 1) = '%' THEN starts_with(t.topic, left(g.pattern, -1))
+                                     ELSE t.topic = g.pattern END
+                            AND pg_has_role(v_caller, g.role, 'USAGE')))
+           FROM pg_namespace n WHERE n.nspname = 'fanout');
     IF v_t.topic_id IS NULL OR v_caller IS NULL THEN
         PERFORM fanout._enter(p_topic, p_privilege);
         RETURN fanout._topic(p_topic);

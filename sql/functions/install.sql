@@ -39,7 +39,6 @@
 {{ template "fanout._epoch.sql" . }}
 {{ template "fanout._filter_match.sql" . }}
 {{ template "fanout._grant_matches.sql" . }}
-{{ template "fanout._grant_ok.sql" . }}
 {{ template "fanout._group_for_admin.sql" . }}
 {{ template "fanout._group_has_backlog.sql" . }}
 {{ template "fanout._group_holds_in.sql" . }}

@@ -35,7 +35,6 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._enter_topic.sql" . }}
 {{ template "fanout._epoch.sql" . }}
 {{ template "fanout._filter_match.sql" . }}
-{{ template "fanout._grant_ok.sql" . }}
 {{ template "fanout._group_read.sql" . }}
 {{ template "fanout._group_unread.sql" . }}
 {{ template "fanout._kpart_claim.sql" . }}
