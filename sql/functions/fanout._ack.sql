@@ -1,4 +1,4 @@
--- fanout._ack(p_lease_id, p_ids, p_checked, p_defer): fanout.ack's work
+-- fanout._ack(p_lease_id, p_ids, p_checked, p_defer, p_raw): fanout.ack's work
 -- (see there), shared with read(..., ack =>), which passes p_checked: it has
 -- checked the caller's consume grant on the lease's topic in the same call
 -- (fanout._lock_lease does not check it again), and p_defer: when the ack settles
@@ -9,11 +9,13 @@
 -- the same update (fanout._lease_open, p_settling), or settles it with
 -- fanout._lease_settle when it opens no page there. The caller holds the
 -- slot's lock meanwhile (taken here), so nobody sees the page between.
+-- p_raw: the internal id of p_lease_id when the caller has decoded it
+-- (read(..., ack =>)), passed on to fanout._lock_lease.
 -- Returns how many messages were settled (o_n). Raises as fanout.ack.
 -- Tables: as fanout.ack; fanout.group_tally (fanout._tally: the group's ack counter).
 CREATE OR REPLACE FUNCTION fanout._ack(
     p_lease_id bigint, p_ids bigint[], p_checked boolean, p_defer boolean DEFAULT false,
-    OUT o_n int, OUT o_defer bigint, OUT o_targets bigint[])
+    p_raw bigint DEFAULT NULL, OUT o_n int, OUT o_defer bigint, OUT o_targets bigint[])
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
@@ -23,7 +25,7 @@ DECLARE
     v_ref     boolean;
     v_seq     boolean;
 BEGIN
-    v_l := fanout._lock_lease(p_lease_id, p_checked);
+    v_l := fanout._lock_lease(p_lease_id, p_checked, p_raw);
     v_targets := fanout._lease_targets(v_l, p_ids);
     o_n := cardinality(v_targets);
     IF o_n > 0 THEN

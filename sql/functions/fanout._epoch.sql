@@ -12,14 +12,19 @@
 -- with no loss (pg_stat_reset_shared('bgwriter')) fences nothing: an id is
 -- checked against the epoch its slot recorded, not the running one.
 -- Only on a primary (pg_current_wal_lsn raises during recovery; leases are
--- only handed out there). Touches no table.
+-- only handed out there). Touches no table. In plpgsql, not SQL: a SQL
+-- function that pins search_path is never inlined, and is parsed and
+-- planned again in every transaction that calls it (once per page read);
+-- plpgsql keeps its expression's plan for the session.
 CREATE OR REPLACE FUNCTION fanout._epoch()
 RETURNS int
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
-    SELECT ((('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int & 63) << 10)
+BEGIN
+    RETURN ((('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int & 63) << 10)
            | (hashtextextended(concat_ws(':', extract(epoch FROM pg_postmaster_start_time()),
                                          extract(epoch FROM pg_stat_get_bgwriter_stat_reset_time())), 0)
-              & 1023)::int
+              & 1023)::int;
+END
 $fn$;

@@ -1,45 +1,46 @@
--- fanout._lock_lease(p_lease_id): the lease's slot row, locked FOR UPDATE (so
--- that an ack and a takeover by another reader are serialised). p_lease_id
--- is the public id read returned; it is decoded here, once
--- (fanout._lease_raw), to the internal id slot_id * 2^32 + epoch * 2^16 +
--- page_no (fanout._lease_open) that the row holds, and the row comes back
--- with that internal id; messages name the id as presented. An
--- earlier page of the slot, of the slot's current epoch or before it, was
+-- fanout._lock_lease(p_lease_id, p_checked, p_raw): the lease's slot row,
+-- locked FOR UPDATE (so that an ack and a takeover by another reader are
+-- serialised). p_lease_id is the public id read returned; it is decoded here,
+-- once (fanout._lease_raw; p_raw: the caller decoded it, read(..., ack =>),
+-- whose check of the slot must see the same id), to the internal id slot_id *
+-- 2^32 + epoch * 2^16 + page_no (fanout._lease_open) that the row holds, and
+-- the row comes back with that internal id; messages name the id as presented.
+-- An earlier page of the slot, of the slot's current epoch or before it, was
 -- settled in full by its holder, since a slot with anything taken away is
 -- never reused: it comes back unlocked as an empty page (no messages,
 -- open_count 0; acking or nacking it again settles nothing), so that a late
 -- re-ack never waits for the slot's current holder. A page number of the
--- slot's current epoch (from epoch_since on) presented with another epoch
--- was handed out by a server whose history was lost (an asynchronous
--- failover, or a crash that lost committed transactions): the same page
--- went out again since, or will, and the stale holder is fenced (PGQ11). So
--- is a page number the slot has not reached when the id's epoch is not the
--- running server's. Records the lease's consumer as alive
--- (fanout._touch_member; not for read(..., ack =>), p_checked, whose read
--- records its own consumer). The caller must be allowed to consume the lease's
--- topic (fanout._authorize), checked before the lock so that another tenant
--- cannot even block the lease (a slot that does not exist at the check is
--- PGQ10 at once, so that one made after it is never locked unchecked); a
--- lease of a topic the caller may not consume is refused as one that does
--- not exist (PGQ10, the same text): another tenant's lease is not told
--- apart from no lease. Not checked again when the caller has
--- checked it (p_checked: read(..., ack =>), which consumes the lease's
--- topic and group), nor when this transaction wrote the slot's row (the
--- read that handed the page out, or an earlier ack of it, checked it in
+-- slot's current epoch (from epoch_since on) presented with another epoch was
+-- handed out by a server whose history was lost (an asynchronous failover, or
+-- a crash that lost committed transactions): the same page went out again
+-- since, or will, and the stale holder is fenced (PGQ11). So is a page number
+-- the slot has not reached when the id's epoch is not the running server's.
+-- Records the lease's consumer as alive (fanout._touch_member; not for
+-- read(..., ack =>), p_checked, whose read records its own consumer). The
+-- caller must be allowed to consume the lease's topic (fanout._authorize),
+-- checked before the lock so that another tenant cannot even block the lease
+-- (a slot that does not exist at the check is PGQ10 at once, so that one made
+-- after it is never locked unchecked); a lease of a topic the caller may not
+-- consume is refused as one that does not exist (PGQ10, the same text):
+-- another tenant's lease is not told apart from no lease. Not checked again
+-- when the caller has checked it (p_checked: read(..., ack =>), which consumes
+-- the lease's topic and group), nor when this transaction wrote the slot's row
+-- (the read that handed the page out, or an earlier ack of it, checked it in
 -- this transaction). Nothing is remembered past the transaction: a grant
 -- revoked before the next transaction refuses its ack.
 -- Raises: PGQ03 NULL id, PGQ10 unknown lease (no such slot, a page the
 -- slot has not reached, an id that decodes to no lease, or a lease of a
 -- topic the caller may not consume), PGQ11 a page of a lost history.
 -- Tables: fanout.lease, fanout.lease_key, fanout.consumer_group, fanout.topic, fanout.member.
-CREATE OR REPLACE FUNCTION fanout._lock_lease(p_lease_id bigint, p_checked boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION fanout._lock_lease(p_lease_id bigint, p_checked boolean DEFAULT false,
+                                              p_raw bigint DEFAULT NULL)
 RETURNS fanout.lease
 LANGUAGE plpgsql
 SET search_path = pg_catalog, fanout, pg_temp
 AS $fn$
 DECLARE
     v_l     fanout.lease;
-    v_id    bigint := fanout._lease_raw(p_lease_id);  -- the internal id; NULL: none
+    v_id    bigint := coalesce(p_raw, fanout._lease_raw(p_lease_id));  -- the internal id; NULL: none
     v_epoch int := (v_id >> 16) & 65535;
     v_page  bigint := v_id & 65535;
     v_topic text;

@@ -74,6 +74,8 @@ DECLARE
     v_other     boolean;
     v_defer     bigint;     -- the acked page whose slot the next page takes (fanout._ack, p_defer)
     v_settled   bigint[];
+    v_raw       bigint;     -- ack's internal id
+    v_gname     text;       -- the group's stored name (NFC; NULL on a queue)
 BEGIN
     v_t := fanout._enter_topic(p_topic, 'consume');
     IF p_max IS NULL OR p_max < 1 OR p_max > 10000 THEN
@@ -105,29 +107,33 @@ BEGIN
         -- below without a grant check. A lease of another topic or group
         -- is refused with the text of a lease that does not exist: the
         -- answer must not tell another tenant's lease from no lease.
-        SELECT g.topic_id <> v_t.topic_id
-               OR g.group_name IS DISTINCT FROM CASE WHEN v_t.semantics = 'pubsub' THEN fanout._nfc(p_group) END
-        INTO v_other
-        FROM fanout.lease l JOIN fanout.consumer_group g ON g.group_id = l.group_id
-        WHERE l.slot_id = fanout._lease_raw($8) >> 32;  -- the internal id (fanout._lease_code)
+        v_raw := fanout._lease_raw($8);  -- the internal id (fanout._lease_code)
+        v_gname := CASE WHEN v_t.semantics = 'pubsub' THEN fanout._nfc(p_group) END;
+        IF v_t.partitions IS NULL THEN
+            -- One statement: the lease's slot is one of this group's, and
+            -- the group row is locked before the lease's, as the read below
+            -- and seek, pause and unsubscribe (fanout._release_holds) take
+            -- them: acking first, then queueing for the group row behind a
+            -- seek that waits for the lease, was a deadlock.
+            SELECT l.slot_id IS NULL INTO v_other
+            FROM fanout.consumer_group g
+            LEFT JOIN fanout.lease l ON l.slot_id = v_raw >> 32 AND l.group_id = g.group_id
+            WHERE g.topic_id = v_t.topic_id AND g.group_name IS NOT DISTINCT FROM v_gname
+            FOR NO KEY UPDATE OF g;
+        ELSE
+            SELECT g.topic_id <> v_t.topic_id OR g.group_name IS DISTINCT FROM v_gname
+            INTO v_other
+            FROM fanout.lease l JOIN fanout.consumer_group g ON g.group_id = l.group_id
+            WHERE l.slot_id = v_raw >> 32;
+        END IF;
         IF NOT FOUND OR v_other THEN
             RAISE EXCEPTION 'lease % does not exist', $8
                 USING ERRCODE = 'PGQ10', HINT = 'it was never issued, or it was settled long ago and cleaned up';
         END IF;
-        IF v_t.partitions IS NULL THEN
-            -- The group row before the lease's, as the read below and seek,
-            -- pause and unsubscribe (fanout._release_holds) take them: acking
-            -- first, then queueing for the group row behind a seek that
-            -- waits for the lease, was a deadlock.
-            PERFORM 1 FROM fanout.consumer_group g
-            WHERE g.topic_id = v_t.topic_id
-              AND g.group_name IS NOT DISTINCT FROM CASE WHEN v_t.semantics = 'pubsub' THEN fanout._nfc(p_group) END
-            FOR NO KEY UPDATE;
-        END IF;
         -- The grant was checked above. Unpartitioned: the acked page's slot
         -- is written once, with the next page (fanout._ack's p_defer).
         SELECT a.o_defer, a.o_targets INTO v_defer, v_settled
-        FROM fanout._ack($8, NULL, true, v_t.partitions IS NULL) a;
+        FROM fanout._ack($8, NULL, true, v_t.partitions IS NULL, v_raw) a;
     END IF;
     IF v_t.partitions IS NOT NULL THEN
         SELECT * INTO v_p FROM fanout._kpart_claim(v_t, p_group, p_consumer, p_max, p_lease, p_max_bytes, $7, v_now);

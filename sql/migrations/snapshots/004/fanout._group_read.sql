@@ -39,11 +39,13 @@ DECLARE
     v_hint  text := fanout._idle_key(p_t.topic_id, CASE WHEN p_t.semantics = 'pubsub' THEN p_group END);
     v_filter jsonb;
     v_filtered int := 0;
+    v_idle  boolean;   -- the session's hint: its last read of the group found nothing
 BEGIN
     o_ids := '{}'; o_txids := '{}'; o_atts := '{}';
     -- Only a session whose last read of this group found nothing peeks first
     -- (a busy consumer would pay for the peek on every page).
-    IF fanout._idle_hint(v_hint) AND fanout._group_idle(p_t, p_group, p_now) THEN
+    v_idle := fanout._idle_hint(v_hint);
+    IF v_idle AND fanout._group_idle(p_t, p_group, p_now) THEN
         -- Nothing to hand out: no lock, no write.
         IF p_consumer IS NOT NULL THEN
             PERFORM fanout._touch_member(
@@ -137,7 +139,9 @@ BEGIN
     IF p_consumer IS NOT NULL THEN
         PERFORM fanout._touch_member(v_g.group_id, p_consumer, p_now, true);
     END IF;
-    PERFORM fanout._set_idle_hint(v_hint, cardinality(o_ids) = 0);
+    IF v_idle OR cardinality(o_ids) = 0 THEN  -- else the hint stays as it is
+        PERFORM fanout._set_idle_hint(v_hint, cardinality(o_ids) = 0);
+    END IF;
     IF cardinality(o_ids) > 0 THEN
         o_lease_id := fanout._lease_open(v_g.group_id, p_consumer, p_now, p_now + p_lease, o_ids, o_txids, o_atts,
                                          p_settling => p_settling);

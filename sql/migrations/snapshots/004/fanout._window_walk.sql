@@ -219,7 +219,7 @@ BEGIN
         END IF;
 
         -- Delayed messages not due yet wait in the retry table (fanout._page_defer).
-        IF EXISTS (SELECT 1 FROM unnest(v_deliver) AS d WHERE d > v_now) THEN
+        IF v_now < ANY (v_deliver) THEN  -- an expression, no query (NULL: none delayed)
             SELECT d.o_ids, d.o_txids INTO o_ids, o_txids
             FROM fanout._page_defer(p_group_id, p_kpart, o_ids, o_txids, v_deliver, v_now) d;
             -- A full page of delayed messages only: read on from the cursor.

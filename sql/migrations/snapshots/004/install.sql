@@ -37,6 +37,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._dead_letter.sql" . }}
 {{ template "fanout._enter.sql" . }}
 {{ template "fanout._enter_topic.sql" . }}
+{{ template "fanout._epoch.sql" . }}
 {{ template "fanout._filter_match.sql" . }}
 {{ template "fanout._group_read.sql" . }}
 {{ template "fanout._group_unread.sql" . }}
