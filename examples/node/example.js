@@ -72,12 +72,15 @@ async function connect(url) {
     let last;
     for (const u of urls) {
       const c = new Client({ connectionString: u });
+      // From the start: a backend terminated between connect() and the
+      // first query arrives as an 'error' event, which would otherwise end
+      // the process; a lost connection is met (and handled) by the next query.
+      c.on('error', () => {});
       try {
         await c.connect();
         if (readWrite && (await c.query('SHOW transaction_read_only')).rows[0].transaction_read_only === 'on') {
           throw Object.assign(new Error(`${u}: read-only`), { code: '25006', severity: 'ERROR' });
         }
-        c.on('error', () => {}); // a lost connection is met (and handled) by the next query
         return c;
       } catch (e) {
         last = e;
