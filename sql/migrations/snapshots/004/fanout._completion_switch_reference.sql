@@ -36,7 +36,8 @@
 -- A topic that was in reference mode before keeps its column, trigger,
 -- sequence and completion table (rows below the switch id may carry stale
 -- bits; nothing reads them as bits any more). Returns the switch id.
--- Runs in READ COMMITTED only (PGQ09 otherwise, before any lock): the group
+-- Runs in READ COMMITTED only (PGQ09 otherwise, before it locks the table;
+-- alter_topic already holds the topic's row): the group
 -- rows and partitions it gives bits and completion partitions must be those
 -- committed once it holds the table; a REPEATABLE READ snapshot from before
 -- a new group's subscribe (or a partition's creation) that committed while
