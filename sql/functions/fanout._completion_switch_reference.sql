@@ -36,6 +36,13 @@
 -- A topic that was in reference mode before keeps its column, trigger,
 -- sequence and completion table (rows below the switch id may carry stale
 -- bits; nothing reads them as bits any more). Returns the switch id.
+-- Runs in READ COMMITTED only (PGQ09 otherwise, before it locks the table;
+-- alter_topic already holds the topic's row): the group
+-- rows and partitions it gives bits and completion partitions must be those
+-- committed once it holds the table; a REPEATABLE READ snapshot from before
+-- a new group's subscribe (or a partition's creation) that committed while
+-- this waited would leave that group without a bit (it would read nothing
+-- from the switch id on) or that partition without its completion one.
 -- Tables: fanout.topic, fanout.consumer_group, fanout.partition,
 -- fanout.topic_state, fanout.stamp_pending, fanout_data.m<id> (DDL: column,
 -- trigger, indexes), fanout_data.m<id>_done*, fanout_data.m<id>_epoch.
@@ -55,6 +62,11 @@ DECLARE
     v_id       bigint;
     c_tries    constant int := 5;
 BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'switching a topic to completion ''reference'' must run in READ COMMITTED, not %',
+            upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'PGQ09', HINT = 'call alter_topic(completion => ''reference'') in its own READ COMMITTED transaction';
+    END IF;
     LOOP
         v_try := v_try + 1;
         BEGIN

@@ -44,7 +44,7 @@
 -- an operator's grant), PGQ17 (to reference with more than 64 groups), PGQ28
 -- (completion switch while a backfill or release job has work left, to
 -- reference while the table cannot be locked or a switch to offset is
--- unfinished). Tables: fanout.topic, fanout.event_log, fanout.kpart (cursors of
+-- unfinished), PGQ09 (to reference outside READ COMMITTED). Tables: fanout.topic, fanout.event_log, fanout.kpart (cursors of
 -- new partitions), fanout.consumer_group (locked), fanout.seq_wait,
 -- fanout.seq_state, fanout.seq_done, fanout.seq_lost, fanout.retry,
 -- fanout_data.* (notify trigger, insert functions, page functions),

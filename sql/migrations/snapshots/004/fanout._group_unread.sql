@@ -6,6 +6,12 @@
 -- not count (in its first window only: see fanout._window_walk), nor in reference mode
 -- messages that do not require the group (on a topic switched to
 -- reference, from its switch id on: below it every message counts).
+-- Only while the topic is in reference mode: a group keeps its bit while a
+-- switch to offset is in progress, but the topic's page functions read
+-- every row by position from that switch on, and rows from before an
+-- earlier switch to reference carry no bits at all (counted with the bit,
+-- they made the group look caught up and fanout._group_idle hand out none
+-- of them until maintenance finished the switch).
 -- Unread are, disjointly:
 --   (a) txid >= xmax(lo) and (txid, id) after the cursor (one range scan);
 --   (b) txid running at lo, after the cursor (point look-ups);
@@ -62,13 +68,14 @@ DECLARE
     v_last    bigint;
     v_lo_xip  xid8[];
     v_hi_xip  xid8[];
+    v_ref     boolean;
 BEGIN
     SELECT * INTO STRICT v_g FROM fanout.consumer_group g WHERE g.group_id = p_group_id;
     SELECT t.partitions, pg_sequence_last_value(format('fanout_data.%I', t.seq_name)::regclass),
-           CASE WHEN t.completion = 'reference' THEN t.completion_switch_id END
-    INTO v_parts, v_last, v_switch
+           CASE WHEN t.completion = 'reference' THEN t.completion_switch_id END, t.completion = 'reference'
+    INTO v_parts, v_last, v_switch, v_ref
     FROM fanout.topic t WHERE t.topic_id = v_g.topic_id;
-    IF v_g.bit_no IS NOT NULL THEN
+    IF v_g.bit_no IS NOT NULL AND v_ref THEN
         -- Switched from offset completion: rows below the switch id carry
         -- no bits, every group reads them (fanout._create_page_functions).
         v_filter := format(' AND (%s(m.required_groups & %L::bigint) <> 0)',
@@ -130,7 +137,7 @@ BEGIN
             -- statement's snapshot: a row it could see has a lower id).
             CONTINUE;
         END IF;
-        IF (v_g.bit_no IS NULL OR v_p.hi_id <= v_switch) AND v_k.kpart IS NULL AND v_p.row_count IS NOT NULL AND v_p.first_txid >= v_lo_xmax
+        IF (v_g.bit_no IS NULL OR NOT v_ref OR v_p.hi_id <= v_switch) AND v_k.kpart IS NULL AND v_p.row_count IS NOT NULL AND v_p.first_txid >= v_lo_xmax
            AND (v_p.first_txid, v_p.first_id) > (v_g.cur_txid, v_g.cur_id)
            AND v_p.lo_id >= v_start THEN
             -- Not reached yet: every row is unread (all of them in part (a)).

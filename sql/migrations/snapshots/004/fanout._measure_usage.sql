@@ -1,7 +1,9 @@
 -- fanout._measure_usage(p_now): maintenance of bytes quotas
 -- (fanout.set_quota ... max_bytes): measures the bytes retained by up to 100
 -- topics per call (message partitions, dedupe keys and completion tables
--- with their indexes), those measured longest ago first and each at most
+-- with their indexes, and the claim-check rows of statement captures in
+-- fanout.capture_chunk: pg_column_size of each chunk, stored as it is, so
+-- nothing is decompressed), those measured longest ago first and each at most
 -- once a minute, into fanout.topic_usage; then, for every grant with a
 -- max_bytes, stops publishing to the topics its pattern matches
 -- (fanout.quota_block, checked by fanout._enter: PGQ25) while their sum is
@@ -14,7 +16,8 @@
 -- its own lock row (fanout._try_lock).
 -- Raises: PGQ03 (p_now NULL or infinite), PGQ21.
 -- Tables: fanout.topic_usage, fanout.quota_block, fanout.topic,
--- fanout.topic_grant, fanout.maint_skip; sizes of fanout_data.m<topic_id>*.
+-- fanout.topic_grant, fanout.maint_skip, fanout.capture_chunk (its topic's
+-- rows, by the primary key's prefix); sizes of fanout_data.m<topic_id>*.
 CREATE OR REPLACE FUNCTION fanout._measure_usage(p_now timestamptz DEFAULT now())
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
@@ -61,6 +64,11 @@ BEGIN
               UNION ALL
               SELECT r.relid FROM pg_partition_tree(to_regclass(format('fanout_data.%I', t.data_table || '_done'))) r) p
         WHERE p.relid IS NOT NULL;
+        -- A statement capture's claim-checks are kept for the topic as long
+        -- as its messages (fanout._capture_release_chunks): a tenant's quota
+        -- counts them, or claim-checks would retain bytes past it.
+        v_bytes := v_bytes + coalesce((SELECT sum(pg_column_size(k.rows)) FROM fanout.capture_chunk k
+                                       WHERE k.topic_id = t.topic_id), 0);
         INSERT INTO fanout.topic_usage AS u (topic_id, bytes, measured_at) VALUES (t.topic_id, v_bytes, p_now)
         ON CONFLICT (topic_id) DO UPDATE SET bytes = excluded.bytes, measured_at = excluded.measured_at;
         v_done := v_done + 1;
