@@ -440,7 +440,8 @@ const clientGiveUpMargin = clientMaxErrorBackoff + 250*time.Millisecond
 // ack of the lease failed (A line), or the harness SIGKILLed the consumer
 // after it recorded the delivery (X line). A client's ack given up (or
 // lease lost) counts only when the client found out once the lease was
-// (about to be) over, and not through a cancelled context: a correct client
+// (about to be) over by the client's own count (clientDeadline), and not
+// through a cancelled context: a correct client
 // retries while the lease holds and settles with a context that outlives
 // its stop (an ack dropped early is a client bug, not a fault).
 func (rs *records) explain(handled map[[2]int64][]delivery, lease *leaseRow, msg int64) string {
@@ -456,7 +457,7 @@ func (rs *records) explain(handled map[[2]int64][]delivery, lease *leaseRow, msg
 		if n.reason == "ackfailed" && strings.Contains(n.cause, "context canceled") {
 			return ""
 		}
-		if (n.reason == "ackfailed" || n.reason == "lost") && n.at < lease.expires.Add(-clientGiveUpMargin).UnixNano() {
+		if (n.reason == "ackfailed" || n.reason == "lost") && n.at < rs.clientDeadline(lease).Add(-clientGiveUpMargin).UnixNano() {
 			return ""
 		}
 		return n.reason
@@ -470,6 +471,25 @@ func (rs *records) explain(handled map[[2]int64][]delivery, lease *leaseRow, msg
 		}
 	}
 	return ""
+}
+
+// clientDeadline is the latest a correct client may take the lease to run
+// until: its deadline is counted from the start of its read (the client
+// cannot know when the server made the lease), so it ends before the
+// server's expiry by the read's latency, which machine load stretches to
+// seconds. The read began after the consumer's previous page was handled
+// (readAfter): from then, as long as the lease lasted on the server
+// (extensions included); the server's expiry when that is not known (the
+// consumer's first page).
+func (rs *records) clientDeadline(lease *leaseRow) time.Time {
+	after, ok := rs.readAfter[lease.id]
+	if !ok {
+		return lease.expires
+	}
+	if d := time.Unix(0, after).Add(lease.expires.Sub(lease.created)); d.Before(lease.expires) {
+		return d
+	}
+	return lease.expires
 }
 
 // judgeKinds checks what the newer kinds promise, per group (byGroup by
