@@ -406,4 +406,7 @@ func TestJudgeClientDeadlineFromItsRead(t *testing.T) {
 	require.Equal(t, 1, g.Allowed, "message 2: given up at the client's own deadline; explained: %v", v.Explained)
 	require.Equal(t, 1, g.Unexplained, "message 3: given up 2.6 s before its deadline")
 	require.Equal(t, map[string]int{"ackfailed": 1}, v.Explained)
+	require.Len(t, v.Unexplained, 1)
+	require.Contains(t, v.Unexplained[0], "t/g message 3: lease 43")
+	require.Contains(t, v.Unexplained[0], "not acked: ackfailed at 00:00:01.500")
 }

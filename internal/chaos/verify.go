@@ -78,6 +78,7 @@ type verdict struct {
 	// (only with a fault timeline); Overruns and Stops count the client
 	// workers' handlers that overran their lease and shutdowns mid-page.
 	Explained            map[string]int
+	Unexplained          []string // the first few unexplained redeliveries, for the report
 	Overruns, Stops      int
 	Timeline             bool
 	LateAcks, LateAcksOK int
@@ -400,6 +401,9 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 					v.Explained[why]++
 				} else {
 					r.Unexplained++
+					if len(v.Unexplained) < 10 {
+						v.Unexplained = append(v.Unexplained, rs.describe(handled, key.group, key.msg, prev, next))
+					}
 				}
 			}
 		}
@@ -471,6 +475,30 @@ func (rs *records) explain(handled map[[2]int64][]delivery, lease *leaseRow, msg
 		}
 	}
 	return ""
+}
+
+// describe is one unexplained redelivery in the report: the two leases
+// (server times), the handlings of the first and what the timeline says
+// about them.
+func (rs *records) describe(handled map[[2]int64][]delivery, group string, msg int64, prev, next *leaseRow) string {
+	ts := func(t time.Time) string { return t.UTC().Format("15:04:05.000") }
+	s := fmt.Sprintf("%s message %d: lease %d (made %s, expires %s) then lease %d (made %s)", group, msg,
+		prev.id, ts(prev.created), ts(prev.expires), next.id, ts(next.created))
+	for _, d := range handled[[2]int64{prev.id, msg}] {
+		s += fmt.Sprintf("; handled by %s at %s", d.consumer, ts(time.Unix(0, d.at)))
+	}
+	if after, ok := rs.readAfter[prev.id]; ok {
+		s += fmt.Sprintf("; read after %s", ts(time.Unix(0, after)))
+	}
+	for _, k := range []int64{msg, 0} {
+		if n, ok := rs.notAcked[prev.id][k]; ok {
+			s += fmt.Sprintf("; not acked: %s at %s (%s)", n.reason, ts(time.Unix(0, n.at)), n.cause)
+		}
+	}
+	if out, ok := rs.acks[prev.id]; ok {
+		s += "; ack: " + out
+	}
+	return s
 }
 
 // clientDeadline is the latest a correct client may take the lease to run
@@ -678,6 +706,9 @@ func (v *verdict) print(w io.Writer) {
 		slices.Sort(why)
 		fmt.Fprintf(w, "fault timeline: client handlers overran their lease %d times, %d client shutdowns mid-page; "+
 			"allowed redeliveries by cause: %s\n", v.Overruns, v.Stops, strings.Join(why, ", "))
+	}
+	for _, u := range v.Unexplained {
+		fmt.Fprintf(w, "unexplained redelivery: %s\n", u)
 	}
 	fmt.Fprintf(w, "acks after lease expiry: %d (%d succeeded: nobody had taken the page; %d fenced)\n", v.LateAcks,
 		v.LateAcksOK, v.LateAcks-v.LateAcksOK)
