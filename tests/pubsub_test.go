@@ -68,16 +68,70 @@ func (b *bundle) groupStatus(t *testing.T, topic, group string) string {
 	return s
 }
 
-// rotate closes the topic's open partition: the first _manage_partitions call
-// creates the next partition, the second (a later transaction) refreshes
-// every session's partition list, the third jumps into it.
+// rotate closes every topic's open partition that holds messages. A rotation
+// is three _manage_partitions calls at least: the first creates the next
+// partition, the second (a later transaction) refreshes every session's
+// partition list, the third jumps into it. Each call does a slice of the work
+// within its time budget (250 ms), and under load one topic's step can spend
+// it, leaving the next topic for the next call: so it is called again until
+// every partition that was open with rows at the start is closed. A call that
+// returns 0 before that fails the test (its contract: call again while it
+// returns > 0, nothing left when it returns 0).
 func (b *bundle) rotate(t *testing.T) {
 	t.Helper()
-	for i := 0; i < 3; i++ {
-		var n int
+	rows, err := b.Pool.Query(b.ctx,
+		`SELECT p.topic_id, p.part_no, p.relname FROM fanout.partition p
+		  WHERE p.closed_at IS NULL
+		    AND p.part_no = (SELECT min(o.part_no) FROM fanout.partition o
+		                      WHERE o.topic_id = p.topic_id AND o.closed_at IS NULL)`)
+	require.NoError(t, err)
+	type open struct {
+		topic, part int64
+		rel         string
+	}
+	opens, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (open, error) {
+		var o open
+		return o, r.Scan(&o.topic, &o.part, &o.rel)
+	})
+	require.NoError(t, err)
+	var topics, parts []int64
+	for _, o := range opens {
+		var rows bool
+		require.NoError(t, b.Pool.QueryRow(b.ctx,
+			"SELECT EXISTS (SELECT 1 FROM fanout_data."+pgx.Identifier{o.rel}.Sanitize()+")").Scan(&rows))
+		if rows {
+			topics, parts = append(topics, o.topic), append(parts, o.part)
+		}
+	}
+	for i := 1; ; i++ {
+		var n, still int
 		require.NoError(t, b.Pool.QueryRow(b.ctx,
 			"SELECT fanout._manage_partitions(p_now => now() + interval '2 hours')").Scan(&n))
-		require.Positive(t, n, "rotation step %d did nothing", i+1)
+		require.NoError(t, b.Pool.QueryRow(b.ctx,
+			`SELECT count(*) FROM fanout.partition p JOIN unnest($1::bigint[], $2::bigint[]) AS d(topic_id, part_no)
+			  USING (topic_id, part_no) WHERE p.closed_at IS NULL`, topics, parts).Scan(&still))
+		if i >= 3 && still == 0 {
+			return
+		}
+		require.Positive(t, n, "rotation call %d did nothing while %d partition(s) due to close are open", i, still)
+		require.Less(t, i, 1000, "rotation did not finish")
+	}
+}
+
+// cleanupAll calls fanout._cleanup_partitions until it returns 0 (its
+// contract: a call does a bounded slice of the work, within a time budget
+// that load can spend on one topic), and returns the sum of what the calls
+// returned.
+func (b *bundle) cleanupAll(t *testing.T, at string) int {
+	t.Helper()
+	total := 0
+	for i := 0; ; i++ {
+		require.Less(t, i, 1000, "cleanup did not finish")
+		n := b.cleanup(t, at)
+		if n == 0 {
+			return total
+		}
+		total += n
 	}
 }
 

@@ -321,9 +321,9 @@ func TestReferenceDeadGroupRelease(t *testing.T) {
 	require.Equal(t, "unclaimed", st)
 	b.rotate(t)
 	before := b.partitions(t, "solo")
-	b.cleanup(t, "2 hours")
+	b.cleanupAll(t, "2 hours")
 	require.Equal(t, before, b.partitions(t, "solo"), "unclaimed messages are kept for zero_subscription_retention")
-	b.cleanup(t, "4 hours")
+	b.cleanupAll(t, "4 hours")
 	require.Equal(t, before-1, b.partitions(t, "solo"))
 }
 

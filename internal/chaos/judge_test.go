@@ -354,3 +354,59 @@ func TestJudgeFaultTimeline(t *testing.T) {
 	require.Equal(t, 12, v.Groups[0].Allowed)
 	require.Zero(t, v.Groups[0].Unexplained)
 }
+
+// A client counts its lease from the start of its read, before the server
+// made the lease: under machine load the read took 2 s, and the client that
+// gave its ack up at its own deadline (the server down) did so 2 s before
+// the server's expiry. That is a fault (the ack failed), not a client that
+// dropped its ack early; one that gives up early by its own count still is.
+func TestJudgeClientDeadlineFromItsRead(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name string, lines ...string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	}
+	const ms = int64(time.Millisecond)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d int64) int64 { return t0.UnixNano() + d }
+	dl := func(id, lease int64, attempt int, at int64) string {
+		return fmt.Sprintf("D\tg\tt\t%d\ta.%d\t%d\t%d\tc-1\t%d", id, id-1, attempt, lease, at)
+	}
+	write("p.rec", "B\ta\tt\t3", "C\ta\t1")
+	write("h.rec", "S\t1")
+	write("w.rec",
+		dl(1, 40, 1, at(-1200*ms)), // the previous page, handled at -1.2 s; its read of lease 41 starts then
+		dl(2, 41, 1, at(1100*ms)),  // the read returned 2.3 s later (the server made the lease at +1 s)
+		// the server was down: the ack retried until the client's deadline (-1.2 s + 3 s), less a backoff
+		fmt.Sprintf("F\t41\t2\tackfailed\t%d\tack: gave up (the lease runs out): connection refused", at(1300*ms)),
+		dl(3, 43, 1, at(1250*ms)), // read at once (after message 2): lease 43 made at +1.2 s
+		fmt.Sprintf("F\t43\t3\tackfailed\t%d\tack: gave up", at(1500*ms))) // 2.6 s early by any count
+	lease := func(id int64, from, to time.Duration, msg int64, attempt int32, settled bool) *leaseRow {
+		l := &leaseRow{id: id, group: "t/g", created: t0.Add(from), expires: t0.Add(to), msgs: []int64{msg},
+			attempts: []int32{attempt}}
+		if settled {
+			l.settled = []int64{msg}
+		}
+		return l
+	}
+	leases := map[int64]*leaseRow{
+		40: lease(40, -1300*time.Millisecond, 1700*time.Millisecond, 1, 1, true),
+		41: lease(41, time.Second, 4*time.Second, 2, 1, false),
+		42: lease(42, 5*time.Second, 8*time.Second, 2, 2, true),
+		43: lease(43, 1200*time.Millisecond, 4200*time.Millisecond, 3, 1, false),
+		44: lease(44, 5*time.Second, 8*time.Second, 3, 2, true),
+	}
+	topics := []topicSpec{{name: "t", groups: []groupSpec{{name: "g"}}}}
+	rs, err := readRecords(dir)
+	require.NoError(t, err)
+	require.Zero(t, rs.torn)
+	v := judge(rs, map[string]bool{"a": true}, leases, topics)
+	g := v.Groups[0]
+	require.Equal(t, 2, g.Redelivered)
+	require.Equal(t, 1, g.Allowed, "message 2: given up at the client's own deadline; explained: %v", v.Explained)
+	require.Equal(t, 1, g.Unexplained, "message 3: given up 2.6 s before its deadline")
+	require.Equal(t, map[string]int{"ackfailed": 1}, v.Explained)
+	require.Len(t, v.Unexplained, 1)
+	require.Contains(t, v.Unexplained[0], "t/g message 3: lease 43")
+	require.Contains(t, v.Unexplained[0], "not acked: ackfailed at 00:00:01.500")
+}

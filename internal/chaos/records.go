@@ -136,8 +136,17 @@ type records struct {
 	// acked (F lines; 0 for a whole lease: a K line).
 	notAcked map[int64]map[int64]notAcked
 	killedAt map[string]int64 // consumer → unix nanos when the harness SIGKILLed it (X lines)
-	overruns int              // O lines
-	stops    int              // P lines
+	// readAfter: lease → unix nanos of its consumer's last D line before
+	// the lease's first one (the previous page's). A consumer reads its
+	// next page only after the previous page's handlers ran, so the read
+	// that returned the lease began after it: a client's own deadline for
+	// the lease (its read's start plus the lease) is no earlier than this
+	// plus the lease, while the server's expiry can be later by the read's
+	// whole latency (seconds under machine load).
+	readAfter map[int64]int64
+	lastD     map[string][2]int64 // consumer → (lease, nanos) of its last D line so far
+	overruns  int                 // O lines
+	stops     int                 // P lines
 }
 
 // addNotAcked records why message msg (0: every message) of lease was not
@@ -159,7 +168,8 @@ type notAcked struct {
 
 func readRecords(dir string) (*records, error) {
 	rs := &records{txns: map[string]*txnRec{}, acks: map[int64]string{}, ackSent: map[int64]int64{},
-		meta: map[string]msgMeta{}, notAcked: map[int64]map[int64]notAcked{}, killedAt: map[string]int64{}}
+		meta: map[string]msgMeta{}, notAcked: map[int64]map[int64]notAcked{}, killedAt: map[string]int64{},
+		readAfter: map[int64]int64{}, lastD: map[string][2]int64{}}
 	files, err := filepath.Glob(filepath.Join(dir, "*.rec"))
 	if err != nil {
 		return nil, err
@@ -215,6 +225,12 @@ func (rs *records) readFile(name string) error {
 			}
 			rs.deliveries = append(rs.deliveries, delivery{group: fs[1], topic: fs[2], msgID: id, key: fs[4],
 				attempt: att, leaseID: lease, consumer: fs[7], at: at, seq: len(rs.deliveries)})
+			if prev, ok := rs.lastD[fs[7]]; ok && prev[0] != lease && prev[1] > 0 && at > 0 {
+				if _, seen := rs.readAfter[lease]; !seen {
+					rs.readAfter[lease] = prev[1]
+				}
+			}
+			rs.lastD[fs[7]] = [2]int64{lease, at}
 		case fs[0] == "M" && len(fs) == 8:
 			n, e1 := strconv.ParseInt(fs[5], 10, 64)
 			due, e2 := strconv.ParseInt(fs[6], 10, 64)

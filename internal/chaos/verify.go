@@ -78,6 +78,7 @@ type verdict struct {
 	// (only with a fault timeline); Overruns and Stops count the client
 	// workers' handlers that overran their lease and shutdowns mid-page.
 	Explained            map[string]int
+	Unexplained          []string // the first few unexplained redeliveries, for the report
 	Overruns, Stops      int
 	Timeline             bool
 	LateAcks, LateAcksOK int
@@ -400,6 +401,9 @@ func judge(rs *records, ledger map[string]bool, leases map[int64]*leaseRow, topi
 					v.Explained[why]++
 				} else {
 					r.Unexplained++
+					if len(v.Unexplained) < 10 {
+						v.Unexplained = append(v.Unexplained, rs.describe(handled, key.group, key.msg, prev, next))
+					}
 				}
 			}
 		}
@@ -440,7 +444,8 @@ const clientGiveUpMargin = clientMaxErrorBackoff + 250*time.Millisecond
 // ack of the lease failed (A line), or the harness SIGKILLed the consumer
 // after it recorded the delivery (X line). A client's ack given up (or
 // lease lost) counts only when the client found out once the lease was
-// (about to be) over, and not through a cancelled context: a correct client
+// (about to be) over by the client's own count (clientDeadline), and not
+// through a cancelled context: a correct client
 // retries while the lease holds and settles with a context that outlives
 // its stop (an ack dropped early is a client bug, not a fault).
 func (rs *records) explain(handled map[[2]int64][]delivery, lease *leaseRow, msg int64) string {
@@ -456,7 +461,7 @@ func (rs *records) explain(handled map[[2]int64][]delivery, lease *leaseRow, msg
 		if n.reason == "ackfailed" && strings.Contains(n.cause, "context canceled") {
 			return ""
 		}
-		if (n.reason == "ackfailed" || n.reason == "lost") && n.at < lease.expires.Add(-clientGiveUpMargin).UnixNano() {
+		if (n.reason == "ackfailed" || n.reason == "lost") && n.at < rs.clientDeadline(lease).Add(-clientGiveUpMargin).UnixNano() {
 			return ""
 		}
 		return n.reason
@@ -470,6 +475,49 @@ func (rs *records) explain(handled map[[2]int64][]delivery, lease *leaseRow, msg
 		}
 	}
 	return ""
+}
+
+// describe is one unexplained redelivery in the report: the two leases
+// (server times), the handlings of the first and what the timeline says
+// about them.
+func (rs *records) describe(handled map[[2]int64][]delivery, group string, msg int64, prev, next *leaseRow) string {
+	ts := func(t time.Time) string { return t.UTC().Format("15:04:05.000") }
+	s := fmt.Sprintf("%s message %d: lease %d (made %s, expires %s) then lease %d (made %s)", group, msg,
+		prev.id, ts(prev.created), ts(prev.expires), next.id, ts(next.created))
+	for _, d := range handled[[2]int64{prev.id, msg}] {
+		s += fmt.Sprintf("; handled by %s at %s", d.consumer, ts(time.Unix(0, d.at)))
+	}
+	if after, ok := rs.readAfter[prev.id]; ok {
+		s += fmt.Sprintf("; read after %s", ts(time.Unix(0, after)))
+	}
+	for _, k := range []int64{msg, 0} {
+		if n, ok := rs.notAcked[prev.id][k]; ok {
+			s += fmt.Sprintf("; not acked: %s at %s (%s)", n.reason, ts(time.Unix(0, n.at)), n.cause)
+		}
+	}
+	if out, ok := rs.acks[prev.id]; ok {
+		s += "; ack: " + out
+	}
+	return s
+}
+
+// clientDeadline is the latest a correct client may take the lease to run
+// until: its deadline is counted from the start of its read (the client
+// cannot know when the server made the lease), so it ends before the
+// server's expiry by the read's latency, which machine load stretches to
+// seconds. The read began after the consumer's previous page was handled
+// (readAfter): from then, as long as the lease lasted on the server
+// (extensions included); the server's expiry when that is not known (the
+// consumer's first page).
+func (rs *records) clientDeadline(lease *leaseRow) time.Time {
+	after, ok := rs.readAfter[lease.id]
+	if !ok {
+		return lease.expires
+	}
+	if d := time.Unix(0, after).Add(lease.expires.Sub(lease.created)); d.Before(lease.expires) {
+		return d
+	}
+	return lease.expires
 }
 
 // judgeKinds checks what the newer kinds promise, per group (byGroup by
@@ -658,6 +706,9 @@ func (v *verdict) print(w io.Writer) {
 		slices.Sort(why)
 		fmt.Fprintf(w, "fault timeline: client handlers overran their lease %d times, %d client shutdowns mid-page; "+
 			"allowed redeliveries by cause: %s\n", v.Overruns, v.Stops, strings.Join(why, ", "))
+	}
+	for _, u := range v.Unexplained {
+		fmt.Fprintf(w, "unexplained redelivery: %s\n", u)
 	}
 	fmt.Fprintf(w, "acks after lease expiry: %d (%d succeeded: nobody had taken the page; %d fenced)\n", v.LateAcks,
 		v.LateAcksOK, v.LateAcks-v.LateAcksOK)
