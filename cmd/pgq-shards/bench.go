@@ -104,6 +104,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "shards: NOT capped: %s\n", o.capNote)
 	}
 	rates := map[string]float64{}
+	pubRates := map[string]float64{} // published only; consumed is rates - pubRates
 	var lost int64
 	modes := []bool{false}
 	if capped {
@@ -116,6 +117,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return err
 			}
 			rates[fmt.Sprintf("%v/%d", cap, n)] = r.rate
+			pubRates[fmt.Sprintf("%v/%d", cap, n)] = r.pubRate
 			lost += r.lost
 		}
 	}
@@ -153,6 +155,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if capped {
 		fmt.Fprintf(stdout, "shards (uncapped control, %d cores shared): x2 %.2f, x4 %.2f\n", runtime.NumCPU(), x(false, 2), x(false, 4))
 	}
+	// The two halves of the rate apart: consumers fall behind in capped
+	// runs, so a shard's CPU can go to cheap batch publishes instead of
+	// consumption; the consume half alone says whether fan-out scales.
+	half := func(cap bool, n int, consume bool) float64 {
+		k, k1 := fmt.Sprintf("%v/%d", cap, n), fmt.Sprintf("%v/1", cap)
+		if consume {
+			return (rates[k] - pubRates[k]) / (rates[k1] - pubRates[k1])
+		}
+		return pubRates[k] / pubRates[k1]
+	}
+	fmt.Fprintf(stdout, "shards: halves: publish x2 %.2f, x4 %.2f; consume x2 %.2f, x4 %.2f\n",
+		half(capped, 2, false), half(capped, 4, false), half(capped, 2, true), half(capped, 4, true))
 	fmt.Fprintf(stdout, "shards: x2 %.2f, x4 %.2f, proxy %.2f, lost %d, kill-one %s\n", x(capped, 2), x(capped, 4), proxy, lost, killOne)
 	return nil
 }
@@ -305,6 +319,7 @@ func payload(p, k int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"p
 // runResult is what fanoutRun measured.
 type runResult struct {
 	rate      float64 // published + consumed messages per second
+	pubRate   float64 // published messages per second (consumed: rate - pubRate)
 	lost      int64   // published messages a group never got (the killed shard's topics not counted)
 	killRatio float64 // kill-one run: the other shards' rate after the kill / before it
 }
@@ -606,7 +621,7 @@ func (b *bench) fanoutRun(ctx context.Context, n int, capped, kill bool, streams
 	}
 	fmt.Fprintf(b.out, "shards: N=%d %-8s %2d topics: %8.0f msg/s (publish %7.0f/s, %5.0f/s of them single, consume %7.0f/s)%s, errors %d, lost %d%s\n",
 		n, mode, len(topics), rate, pubRate, float64(singleTotal.Load())/elapsed, rate-pubRate, cpuNote, errs.Load(), lost, drainNote(pending))
-	return runResult{rate: rate, lost: lost, killRatio: killRatio}, nil
+	return runResult{rate: rate, pubRate: pubRate, lost: lost, killRatio: killRatio}, nil
 }
 
 func drainNote(pending int64) string {
