@@ -195,20 +195,7 @@ BEGIN
         EXECUTE format('ALTER TABLE fanout_data.%I ADD COLUMN required_groups bigint NOT NULL DEFAULT 0',
                        v_new.data_table);
         EXECUTE format('CREATE INDEX %I ON fanout_data.%I (id)', v_new.data_table || '_id', v_new.data_table);
-        -- Completion lives beside the messages, never in them (message rows
-        -- stay append-only): one row per ack (or dead-letter) call and
-        -- storage partition, the group's bit and the sorted ids it settled,
-        -- partitioned like the messages (by lo) and emptied with them
-        -- (fanout._complete_bits, fanout._done_bits).
-        EXECUTE format($ddl$
-            CREATE TABLE fanout_data.%I (
-                bit  smallint NOT NULL,
-                lo   bigint   NOT NULL,
-                hi   bigint   NOT NULL,
-                ids  bigint[] NOT NULL
-            ) PARTITION BY RANGE (lo)$ddl$, v_new.data_table || '_done');
-        EXECUTE format('CREATE INDEX %I ON fanout_data.%I USING gist (int8range(lo, hi, ''[]''))',
-                       v_new.data_table || '_done_range', v_new.data_table || '_done');
+        PERFORM fanout._create_done_table(v_new.data_table);
         EXECUTE format('CREATE TRIGGER required_groups BEFORE INSERT ON fanout_data.%I '
                        'FOR EACH ROW EXECUTE FUNCTION fanout._required_groups_trigger(%L)',
                        v_new.data_table, v_new.topic_id);

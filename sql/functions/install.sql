@@ -27,6 +27,7 @@
 {{ template "fanout._completion_switch_finish.sql" . }}
 {{ template "fanout._completion_switch_reference.sql" . }}
 {{ template "fanout._create_done_function.sql" . }}
+{{ template "fanout._create_done_table.sql" . }}
 {{ template "fanout._create_insert_functions.sql" . }}
 {{ template "fanout._create_page_function.sql" . }}
 {{ template "fanout._create_page_functions.sql" . }}

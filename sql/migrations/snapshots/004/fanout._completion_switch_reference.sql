@@ -112,17 +112,7 @@ BEGIN
     INSERT INTO fanout.topic_state AS s (topic_id, required_mask, epoch, epoch_seq)
     VALUES (p_t.topic_id, 0, v_epoch, format('fanout_data.%I', v_seq)::regclass)
     ON CONFLICT (topic_id) DO UPDATE SET required_mask = 0, epoch = excluded.epoch, refreshed_at = clock_timestamp();
-    IF to_regclass(format('fanout_data.%I', p_t.data_table || '_done')) IS NULL THEN
-        EXECUTE format($ddl$
-            CREATE TABLE fanout_data.%I (
-                bit  smallint NOT NULL,
-                lo   bigint   NOT NULL,
-                hi   bigint   NOT NULL,
-                ids  bigint[] NOT NULL
-            ) PARTITION BY RANGE (lo)$ddl$, p_t.data_table || '_done');
-        EXECUTE format('CREATE INDEX %I ON fanout_data.%I USING gist (int8range(lo, hi, ''[]''))',
-                       p_t.data_table || '_done_range', p_t.data_table || '_done');
-    END IF;
+    PERFORM fanout._create_done_table(p_t.data_table);
     FOR v_p IN SELECT * FROM fanout.partition p WHERE p.topic_id = p_t.topic_id ORDER BY p.part_no LOOP
         IF to_regclass(format('fanout_data.%I', p_t.data_table || '_done_p' || v_p.part_no)) IS NULL THEN
             EXECUTE format('CREATE TABLE fanout_data.%I PARTITION OF fanout_data.%I FOR VALUES FROM (%s) TO (%s)',

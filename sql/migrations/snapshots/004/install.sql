@@ -30,6 +30,7 @@ DROP VIEW IF EXISTS fanout.topics;
 {{ template "fanout._completion_switch.sql" . }}
 {{ template "fanout._completion_switch_finish.sql" . }}
 {{ template "fanout._completion_switch_reference.sql" . }}
+{{ template "fanout._create_done_table.sql" . }}
 {{ template "fanout._create_page_function.sql" . }}
 {{ template "fanout._create_page_functions.sql" . }}
 {{ template "fanout._create_partition.sql" . }}
